@@ -1,0 +1,190 @@
+//! Client subcommands: they talk to a node over `wasmraft.v1`.
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use wasmraft_client::{Client, Consistency};
+use wasmraft_proto::etcdserverpb::response_op::Response;
+
+use crate::kv;
+
+#[derive(Args, Debug)]
+pub struct Endpoints {
+    /// Comma-separated node addresses.
+    #[arg(long, env = "WASMRAFT_ENDPOINTS", default_value = crate::DEFAULT_ENDPOINT, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+}
+
+impl Endpoints {
+    fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::new(&self.endpoints)?)
+    }
+}
+
+/// Read consistency: l = linearizable, s = lease, e = eventual.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ConsistencyArg {
+    /// Linearizable (ReadIndex).
+    #[value(name = "l", alias = "linearizable")]
+    Linearizable,
+    /// Leader lease.
+    #[value(name = "s", alias = "lease")]
+    Lease,
+    /// Eventual: the node's own state.
+    #[value(name = "e", alias = "eventual")]
+    Eventual,
+}
+
+impl From<ConsistencyArg> for Consistency {
+    fn from(c: ConsistencyArg) -> Self {
+        match c {
+            ConsistencyArg::Linearizable => Consistency::Linearizable,
+            ConsistencyArg::Lease => Consistency::Lease,
+            ConsistencyArg::Eventual => Consistency::Eventual,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    pub key: String,
+    pub value: String,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    pub key: String,
+    /// Every key that starts with KEY, printed as key and value lines.
+    #[arg(long)]
+    pub prefix: bool,
+    /// Read consistency.
+    #[arg(long, value_enum, default_value = "l")]
+    pub consistency: ConsistencyArg,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
+pub struct DelArgs {
+    pub key: String,
+    /// Every key that starts with KEY.
+    #[arg(long)]
+    pub prefix: bool,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
+pub struct ProposeArgs {
+    /// The command, as text (use --stdin for bytes).
+    pub command: Option<String>,
+    /// Read the command from standard input.
+    #[arg(long)]
+    pub stdin: bool,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
+pub struct QueryArgs {
+    /// The request, as text (use --stdin for bytes).
+    pub request: Option<String>,
+    /// Read the request from standard input.
+    #[arg(long)]
+    pub stdin: bool,
+    /// Read consistency.
+    #[arg(long, value_enum, default_value = "l")]
+    pub consistency: ConsistencyArg,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+fn stdout_bytes(bytes: &[u8]) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+pub async fn put(a: PutArgs) -> anyhow::Result<()> {
+    let r = a.endpoints.client()?.propose(kv::put(&a.key, &a.value)).await?;
+    match kv::decode(&r.result)? {
+        Response::ResponsePut(_) => println!("OK"),
+        other => bail!("unexpected response {other:?}"),
+    }
+    Ok(())
+}
+
+pub async fn get(a: GetArgs) -> anyhow::Result<()> {
+    let bytes = a.endpoints.client()?.query(kv::range(&a.key, a.prefix), a.consistency.into()).await?;
+    let range = kv::expect_range(kv::decode(&bytes)?)?;
+    if a.prefix {
+        for kv in range.kvs {
+            stdout_bytes(&kv.key)?;
+            stdout_bytes(&kv.value)?;
+        }
+        return Ok(());
+    }
+    match range.kvs.first() {
+        Some(kv) => stdout_bytes(&kv.value),
+        None => bail!("key {:?} not found", a.key),
+    }
+}
+
+pub async fn del(a: DelArgs) -> anyhow::Result<()> {
+    let r = a.endpoints.client()?.propose(kv::delete(&a.key, a.prefix)).await?;
+    match kv::decode(&r.result)? {
+        Response::ResponseDeleteRange(d) => println!("{}", d.deleted),
+        other => bail!("unexpected response {other:?}"),
+    }
+    Ok(())
+}
+
+pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let s = a.endpoints.client()?.status().await?;
+    let plugin = s.plugin.unwrap_or_default();
+    println!("node:     {}", s.id);
+    println!("role:     {}", s.role);
+    println!("term:     {}", s.term);
+    println!("leader:   {}", if s.leader_id == 0 { "none".to_string() } else { s.leader_id.to_string() });
+    println!("commit:   {}", s.commit_index);
+    println!("applied:  {}", s.applied_index);
+    println!("last:     {}", s.last_index);
+    println!("plugin:   {} {} (sdk {}, sha256 {})", plugin.name, plugin.version, plugin.sdk_version, plugin.sha256);
+    if !s.fatal.is_empty() {
+        println!("FATAL:    {}", s.fatal);
+    }
+    Ok(())
+}
+
+fn input(text: Option<String>, stdin: bool) -> anyhow::Result<Vec<u8>> {
+    match (text, stdin) {
+        (Some(t), false) => Ok(t.into_bytes()),
+        (None, true) => {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).context("reading standard input")?;
+            Ok(buf)
+        }
+        (Some(_), true) => bail!("give the input as an argument or with --stdin, not both"),
+        (None, false) => Ok(Vec::new()),
+    }
+}
+
+pub async fn propose(a: ProposeArgs) -> anyhow::Result<()> {
+    let r = a.endpoints.client()?.propose(input(a.command, a.stdin)?).await?;
+    stdout_bytes(&r.result)
+}
+
+pub async fn query(a: QueryArgs) -> anyhow::Result<()> {
+    let bytes = a.endpoints.client()?.query(input(a.request, a.stdin)?, a.consistency.into()).await?;
+    stdout_bytes(&bytes)
+}

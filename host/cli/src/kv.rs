@@ -1,0 +1,51 @@
+//! Building etcd requests for the KV plugin and reading its responses.
+
+use anyhow::{Context, bail};
+use prost::Message;
+use wasmraft_proto::etcdserverpb::{
+    DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response,
+};
+
+/// The etcd `range_end` that selects every key starting with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0] // every key from `prefix` on
+}
+
+pub fn encode(request: Request) -> Vec<u8> {
+    RequestOp { request: Some(request) }.encode_to_vec()
+}
+
+pub fn put(key: &str, value: &str) -> Vec<u8> {
+    encode(Request::RequestPut(PutRequest { key: key.into(), value: value.into(), ..Default::default() }))
+}
+
+pub fn range(key: &str, prefix: bool) -> Vec<u8> {
+    let range_end = if prefix { prefix_end(key.as_bytes()) } else { Vec::new() };
+    encode(Request::RequestRange(RangeRequest { key: key.into(), range_end, ..Default::default() }))
+}
+
+pub fn delete(key: &str, prefix: bool) -> Vec<u8> {
+    let range_end = if prefix { prefix_end(key.as_bytes()) } else { Vec::new() };
+    encode(Request::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end, prev_kv: false }))
+}
+
+pub fn decode(bytes: &[u8]) -> anyhow::Result<Response> {
+    ResponseOp::decode(bytes)
+        .context("the plugin's response is not an etcd ResponseOp (is the node running the KV plugin?)")?
+        .response
+        .context("empty ResponseOp")
+}
+
+pub fn expect_range(r: Response) -> anyhow::Result<wasmraft_proto::etcdserverpb::RangeResponse> {
+    match r {
+        Response::ResponseRange(r) => Ok(r),
+        other => bail!("expected a range response, got {other:?}"),
+    }
+}

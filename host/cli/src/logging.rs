@@ -1,0 +1,32 @@
+use clap::{Args, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct LogArgs {
+    /// Log filter, e.g. `info` or `wasmraft_node=debug` (RUST_LOG overrides).
+    #[arg(long, global = true, default_value = "info", env = "WASMRAFT_LOG")]
+    pub log_level: String,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASMRAFT_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+/// Servers log at the chosen level; client commands only warn, so that their
+/// output stays clean. Logs go to stderr.
+pub fn init(args: &LogArgs, server: bool) {
+    let default = if server { args.log_level.as_str() } else { "warn" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

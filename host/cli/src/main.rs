@@ -1,0 +1,76 @@
+//! `wasmraft`: run a node or a local dev cluster, and talk to one.
+
+mod client_cmds;
+mod config;
+mod dev;
+mod kv;
+mod logging;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+/// The address `wasmraft dev` listens on and client commands default to.
+pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:7379";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "wasmraft",
+    version,
+    about = "A Raft consensus host whose state machines are WebAssembly plugins",
+    long_about = "A Raft consensus host whose state machines are WebAssembly plugins.\n\n\
+        Start a local node with the built-in key-value plugin:   wasmraft dev\n\
+        Then, in another shell:                                  wasmraft put a 1 && wasmraft get a"
+)]
+struct Cli {
+    #[command(flatten)]
+    logging: logging::LogArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a node from a TOML configuration file.
+    Run(run::RunArgs),
+    /// Start a local node with the KV plugin (state in a temporary directory
+    /// unless --data-dir is given) and print its endpoint.
+    Dev(dev::DevArgs),
+    /// Store VALUE under KEY (KV plugin).
+    Put(client_cmds::PutArgs),
+    /// Print the value of KEY, or with --prefix every key and value under it (KV plugin).
+    Get(client_cmds::GetArgs),
+    /// Delete KEY, or with --prefix every key under it; prints the number deleted (KV plugin).
+    Del(client_cmds::DelArgs),
+    /// Show a node's Raft and plugin status.
+    Status(client_cmds::StatusArgs),
+    /// Propose a raw command to any plugin and print its response.
+    Propose(client_cmds::ProposeArgs),
+    /// Run a raw read-only query on any plugin and print its response.
+    Query(client_cmds::QueryArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let server = matches!(cli.command, Command::Run(_) | Command::Dev(_));
+    logging::init(&cli.logging, server);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(a) => run::run(a).await,
+            Command::Dev(a) => dev::dev(a).await,
+            Command::Put(a) => client_cmds::put(a).await,
+            Command::Get(a) => client_cmds::get(a).await,
+            Command::Del(a) => client_cmds::del(a).await,
+            Command::Status(a) => client_cmds::status(a).await,
+            Command::Propose(a) => client_cmds::propose(a).await,
+            Command::Query(a) => client_cmds::query(a).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

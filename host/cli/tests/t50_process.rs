@@ -1,0 +1,193 @@
+//! The `wasmraft` binary as users run it: separate processes, real gRPC on
+//! loopback, `kill -9`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use wasmraft_client::{Client, Consistency};
+use wasmraft_proto::etcdserverpb::{RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wasmraft");
+
+/// A `wasmraft dev` process; killed with SIGKILL when dropped.
+struct DevNode {
+    child: Child,
+    endpoint: String,
+}
+
+impl DevNode {
+    fn start(data_dir: &std::path::Path) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn wasmraft dev");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let endpoint = loop {
+            assert!(Instant::now() < deadline, "wasmraft dev did not become ready");
+            let line = lines.next().expect("wasmraft dev exited before it was ready").unwrap();
+            if let Some(addr) = line.trim().strip_prefix("endpoint:") {
+                break addr.trim().to_string();
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        DevNode { child, endpoint }
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().unwrap();
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN).args(args).env("WASMRAFT_ENDPOINTS", &self.endpoint).output().unwrap()
+    }
+}
+
+impl Drop for DevNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    assert!(o.status.success(), "command failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn put_get_del_and_status_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = DevNode::start(dir.path());
+    assert_eq!(stdout(&node.cli(&["put", "a", "1"])), "OK\n");
+    assert_eq!(stdout(&node.cli(&["get", "a"])), "1\n");
+    stdout(&node.cli(&["put", "app/x", "10"]));
+    stdout(&node.cli(&["put", "app/y", "20"]));
+    assert_eq!(stdout(&node.cli(&["get", "--prefix", "app/"])), "app/x\n10\napp/y\n20\n");
+    assert_eq!(stdout(&node.cli(&["get", "a", "--consistency", "e"])), "1\n");
+    assert_eq!(stdout(&node.cli(&["del", "--prefix", "app/"])), "2\n");
+    let missing = node.cli(&["get", "app/x"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
+    let status = stdout(&node.cli(&["status"]));
+    assert!(status.contains("role:     leader"), "{status}");
+    assert!(status.contains("plugin:   wasmraft-kv"), "{status}");
+}
+
+#[test]
+fn a_config_with_an_unknown_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("node.toml");
+    std::fs::write(&cfg, "id = 1\ndata_dir = \"d\"\nelection_timeout = 3\n").unwrap();
+    let out = Command::new(BIN).args(["run", "--config"]).arg(&cfg).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `election_timeout`"));
+}
+
+fn get_request(key: &str) -> Vec<u8> {
+    RequestOp { request: Some(Request::RequestRange(RangeRequest { key: key.into(), ..Default::default() })) }
+        .encode_to_vec()
+}
+
+fn put_request(key: &str, value: &str) -> Vec<u8> {
+    use wasmraft_proto::etcdserverpb::PutRequest;
+    RequestOp { request: Some(Request::RequestPut(PutRequest { key: key.into(), value: value.into(), ..Default::default() })) }
+        .encode_to_vec()
+}
+
+/// Every acknowledged put survives `kill -9` of the node.
+#[test]
+fn no_acknowledged_write_is_lost_on_kill_9() {
+    const PUTS: usize = 1000;
+    const WRITERS: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let node = DevNode::start(dir.path());
+    let endpoint = node.endpoint.clone();
+    let acked: Vec<usize> = rt.block_on(async {
+        let tasks: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let endpoint = endpoint.clone();
+                tokio::spawn(async move {
+                    let mut client = Client::new([endpoint]).unwrap();
+                    let mut acked = Vec::new();
+                    for i in (w..PUTS).step_by(WRITERS) {
+                        client.propose(put_request(&format!("key-{i:04}"), &format!("value-{i}"))).await.unwrap();
+                        acked.push(i);
+                    }
+                    acked
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    });
+    assert_eq!(acked.len(), PUTS);
+    node.kill9();
+
+    let node = DevNode::start(dir.path());
+    let endpoint = node.endpoint.clone();
+    rt.block_on(async {
+        let mut client = Client::new([endpoint]).unwrap();
+        for i in acked {
+            let bytes = client.query(get_request(&format!("key-{i:04}")), Consistency::Linearizable).await.unwrap();
+            let Some(Response::ResponseRange(r)) = ResponseOp::decode(bytes.as_slice()).unwrap().response else {
+                panic!("not a range response")
+            };
+            assert_eq!(r.kvs.len(), 1, "acknowledged key-{i:04} was lost");
+            assert_eq!(r.kvs[0].value, format!("value-{i}").into_bytes());
+        }
+    });
+}
+
+fn repo_file(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+}
+
+/// The plugin the README shows is the one CI builds, and it answers.
+#[test]
+fn the_readme_plugin_builds_and_answers() {
+    let readme = std::fs::read_to_string(repo_file("README.md")).unwrap();
+    let source = std::fs::read_to_string(repo_file("plugins/examples/counter/src/lib.rs")).unwrap();
+    let block = readme.split("```rust\n").nth(1).and_then(|b| b.split("```").next()).expect("a rust block");
+    assert_eq!(block, source, "README's plugin differs from plugins/examples/counter/src/lib.rs");
+
+    // As built by `cargo build --target wasm32-unknown-unknown`: a core module.
+    let module = repo_file("plugins/target/wasm32-unknown-unknown/release/counter.wasm");
+    assert!(module.exists(), "{} missing: run `cargo xtask plugins` first", module.display());
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["dev", "--listen", "127.0.0.1:0", "--plugin"])
+        .arg(&module)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let endpoint = loop {
+        let line = lines.next().expect("dev exited early").unwrap();
+        if let Some(a) = line.trim().strip_prefix("endpoint:") {
+            break a.trim().to_string();
+        }
+    };
+    let node = DevNode { child, endpoint };
+    assert_eq!(stdout(&node.cli(&["propose", "5"])), "5\n");
+    assert_eq!(stdout(&node.cli(&["propose", "3"])), "8\n");
+    assert_eq!(stdout(&node.cli(&["query", ""])), "8\n");
+    let bad = node.cli(&["propose", "five"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected a number"));
+    assert_eq!(stdout(&node.cli(&["query", ""])), "8\n");
+}

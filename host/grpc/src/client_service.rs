@@ -1,0 +1,71 @@
+use tonic::{Request, Response, Status};
+use wasmraft_node::{Consistency as NodeConsistency, Node, Role};
+use wasmraft_proto::v1::{
+    Consistency, PluginInfo, ProposeRequest, ProposeResponse, QueryRequest, QueryResponse, StatusRequest,
+    StatusResponse, client_server::Client,
+};
+
+use crate::status::to_status;
+
+/// The `wasmraft.v1.Client` service of one node.
+#[derive(Clone, Debug)]
+pub struct ClientService {
+    node: Node,
+}
+
+impl ClientService {
+    /// Serves `node`.
+    pub fn new(node: Node) -> Self {
+        Self { node }
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Follower => "follower",
+        Role::PreCandidate => "pre-candidate",
+        Role::Candidate => "candidate",
+        Role::Leader => "leader",
+    }
+}
+
+#[tonic::async_trait]
+impl Client for ClientService {
+    async fn propose(&self, request: Request<ProposeRequest>) -> Result<Response<ProposeResponse>, Status> {
+        let r = request.into_inner();
+        let applied = self.node.propose_as(r.command, r.client_id, r.sequence).await.map_err(to_status)?;
+        Ok(Response::new(ProposeResponse { result: applied.response, index: applied.index }))
+    }
+
+    async fn query(&self, request: Request<QueryRequest>) -> Result<Response<QueryResponse>, Status> {
+        let r = request.into_inner();
+        let consistency = match Consistency::try_from(r.consistency) {
+            Ok(Consistency::Linearizable) => NodeConsistency::Linearizable,
+            Ok(Consistency::Lease) => NodeConsistency::Lease,
+            Ok(Consistency::Eventual) => NodeConsistency::Eventual,
+            Err(_) => return Err(Status::invalid_argument(format!("unknown consistency {}", r.consistency))),
+        };
+        let result = self.node.query(r.request, consistency).await.map_err(to_status)?;
+        Ok(Response::new(QueryResponse { result }))
+    }
+
+    async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let s = self.node.status();
+        Ok(Response::new(StatusResponse {
+            id: s.id,
+            role: role_name(s.role).to_string(),
+            term: s.term,
+            leader_id: s.leader.map_or(0, |l| l.0),
+            commit_index: s.commit,
+            applied_index: s.applied,
+            last_index: s.last_index,
+            plugin: Some(PluginInfo {
+                name: s.plugin.name,
+                version: s.plugin.version,
+                sdk_version: s.plugin.sdk_version,
+                sha256: s.plugin.sha256,
+            }),
+            fatal: s.fatal.unwrap_or_default(),
+        }))
+    }
+}

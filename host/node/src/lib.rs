@@ -1,0 +1,35 @@
+//! A Wasmraft node: drives the Raft core, persists through RocksDB and
+//! applies committed entries through a WebAssembly state machine.
+//!
+//! ```text
+//! callers ──► Node (handle) ──mpsc──► raft thread: RawNode, batching, Ready handling
+//!                                      │ append + fsync (group commit), send messages
+//!                                      ▼
+//!                                     apply thread: plugin apply, writes + applied index
+//!                                      │ in one RocksDB batch, answer proposals, events
+//! queries ──► read index / lease ──► wait applied ──► QueryPool on the blocking pool
+//! ```
+//!
+//! Start a node with [`Node::start`]; propose with [`Node::propose`]; read
+//! with [`Node::query`] at a [`Consistency`]; watch with [`Node::subscribe`].
+#![deny(missing_docs)]
+
+mod apply;
+mod config;
+mod envelope;
+mod error;
+mod kv_plugin;
+mod node;
+mod raft_loop;
+mod state_machine;
+mod transport;
+
+pub use config::NodeConfig;
+pub use envelope::Envelope;
+pub use error::{Error, StartError};
+pub use kv_plugin::KV_PLUGIN;
+pub use node::{Applied, Consistency, Node, NodeStatus};
+pub use state_machine::{QueryHandler, StateMachine};
+pub use transport::{NoPeers, Transport};
+pub use wasmraft_raft::{NodeId, Role};
+pub use wasmraft_runtime::{EntryEvent, PluginConfig, PluginInfo};

@@ -1,0 +1,328 @@
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::mpsc::{Sender, channel};
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+use tokio::sync::{broadcast, oneshot, watch};
+use wasmraft_raft::{Membership, NodeId, RawNode, Role};
+use wasmraft_runtime::{Applier, EntryEvent, Plugin, PluginEngine, PluginInfo, QueryPool, StateView};
+use wasmraft_storage::{Storage, StorageOptions};
+
+use crate::apply::ApplyWorker;
+use crate::config::NodeConfig;
+use crate::error::{Error, StartError};
+use crate::raft_loop::{LoopMsg, RaftLoop};
+use crate::state_machine::{QueryHandler, StorageView};
+use crate::transport::{NoPeers, Transport};
+
+/// How fresh a read must be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Consistency {
+    /// Reflects every write acknowledged before the read started: the leader
+    /// confirms it still leads with a quorum round (ReadIndex, batched).
+    #[default]
+    Linearizable,
+    /// Like linearizable while the leader's lease holds (no round trip);
+    /// relies on bounded clock drift between nodes. Falls back to ReadIndex.
+    Lease,
+    /// This node's applied state, possibly stale; any node serves it.
+    Eventual,
+}
+
+/// A command that committed and applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The log index it applied at.
+    pub index: u64,
+    /// The plugin's response.
+    pub response: Vec<u8>,
+}
+
+/// What a node reports about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// This node's id.
+    pub id: u64,
+    /// Its Raft role.
+    pub role: Role,
+    /// Its current term.
+    pub term: u64,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// The highest committed index it knows.
+    pub commit: u64,
+    /// The highest index its state machine applied.
+    pub applied: u64,
+    /// The last index in its log.
+    pub last_index: u64,
+    /// The plugin it runs.
+    pub plugin: PluginInfo,
+    /// Set when the node stopped on an unrecoverable failure.
+    pub fatal: Option<String>,
+}
+
+/// A running node: cheap to clone, all methods take `&self`.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.inner.config.id).finish()
+    }
+}
+
+struct Inner {
+    config: NodeConfig,
+    raft: Sender<LoopMsg>,
+    storage: Storage,
+    queries: Arc<dyn QueryHandler>,
+    applied: watch::Receiver<u64>,
+    events: broadcast::Sender<Arc<EntryEvent>>,
+    status: Arc<Mutex<NodeStatus>>,
+    /// The commit index known at start: no read is served from a state
+    /// older than that (a restarted node first replays its log).
+    commit_at_start: u64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the threads (they hold each other's
+        // channels, so they would not notice on their own).
+        let _ = self.raft.send(LoopMsg::Shutdown);
+    }
+}
+
+impl Node {
+    /// Starts a node of a single-node cluster (or the first start of a node
+    /// whose `bootstrap_voters` are all local) running the plugin in `wasm`.
+    pub fn start(config: NodeConfig, wasm: &[u8]) -> Result<Node, StartError> {
+        Self::start_with_transport(config, wasm, NoPeers)
+    }
+
+    /// Starts a node that talks to its peers through `transport`.
+    pub fn start_with_transport<T: Transport>(config: NodeConfig, wasm: &[u8], transport: T) -> Result<Node, StartError> {
+        config.validate().map_err(StartError::Config)?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| StartError::Config(format!("cannot create {}: {e}", config.data_dir.display())))?;
+        let storage = Storage::open(&config.data_dir, config.id, StorageOptions { sync_log: config.sync_log })?;
+        if storage.is_empty()? {
+            let voters = if config.bootstrap_voters.is_empty() { vec![config.id] } else { config.bootstrap_voters.clone() };
+            storage.bootstrap(&Membership::new(voters.into_iter().map(NodeId)))?;
+        }
+
+        let engine = PluginEngine::new(config.plugin.clone())?;
+        let plugin = Plugin::load(&engine, wasm)?;
+        let applier = Applier::new(plugin.clone()).map_err(|f| StartError::Recovery(f.0))?;
+        let queries: Arc<dyn QueryHandler> = Arc::new(QueryPool::new(plugin.clone()));
+
+        let applied = storage.applied()?;
+        let hard_state = storage.hard_state();
+        let raft_config = wasmraft_raft::Config {
+            id: NodeId(config.id),
+            election_tick: config.election_ticks,
+            heartbeat_tick: config.heartbeat_ticks,
+            seed: config.seed.unwrap_or(config.id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            applied: applied.index,
+            ..wasmraft_raft::Config::default()
+        };
+        let raw = RawNode::new(raft_config, storage.clone()).map_err(|e| StartError::Raft(e.to_string()))?;
+
+        let status = Arc::new(Mutex::new(NodeStatus {
+            id: config.id,
+            role: Role::Follower,
+            term: hard_state.term.0,
+            leader: None,
+            commit: hard_state.commit.0,
+            applied: applied.index.0,
+            last_index: storage.log_bounds().1 .0,
+            plugin: plugin.info().clone(),
+            fatal: None,
+        }));
+        let (raft_tx, raft_rx) = channel();
+        let (apply_tx, apply_rx) = channel();
+        let (applied_tx, applied_rx) = watch::channel(applied.index.0);
+        let (events_tx, _) = broadcast::channel(4096);
+
+        let worker = ApplyWorker {
+            state_machine: Box::new(applier),
+            storage: storage.clone(),
+            tasks: apply_rx,
+            raft: raft_tx.clone(),
+            applied: applied_tx,
+            events: events_tx.clone(),
+            status: status.clone(),
+            waiters: BTreeMap::new(),
+            last_applied: applied,
+        };
+        let raft_loop = RaftLoop {
+            raw,
+            storage: storage.clone(),
+            transport,
+            inbox: raft_rx,
+            apply_tx,
+            status: status.clone(),
+            tick_interval: config.tick_interval,
+            sync_log: config.sync_log,
+            pending_reads: HashMap::new(),
+            next_read_id: 0,
+            last_stamp_ms: 0,
+        };
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(format!("{name}-{}", config.id)).spawn(f).expect("spawn a thread")
+        };
+        let threads = vec![spawn("apply", Box::new(move || worker.run())), spawn("raft", Box::new(move || raft_loop.run()))];
+        tracing::info!(
+            id = config.id,
+            data_dir = %config.data_dir.display(),
+            plugin = %plugin.info().name,
+            plugin_sha256 = %plugin.info().sha256,
+            applied = applied.index.0,
+            commit = hard_state.commit.0,
+            "node started"
+        );
+        Ok(Node {
+            inner: Arc::new(Inner {
+                commit_at_start: hard_state.commit.0,
+                config,
+                raft: raft_tx,
+                storage,
+                queries,
+                applied: applied_rx,
+                events: events_tx,
+                status,
+                threads: Mutex::new(threads),
+            }),
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u64 {
+        self.inner.config.id
+    }
+
+    /// Proposes `command` and waits until it is committed and applied;
+    /// returns the plugin's response.
+    pub async fn propose(&self, command: Vec<u8>) -> Result<Vec<u8>, Error> {
+        Ok(self.propose_as(command, 0, 0).await?.response)
+    }
+
+    /// Proposes `command` tagged with a client id and sequence number.
+    pub async fn propose_as(&self, command: Vec<u8>, client_id: u64, sequence: u64) -> Result<Applied, Error> {
+        self.check_alive()?;
+        if command.len() > self.inner.config.max_command_bytes {
+            return Err(Error::Invalid(format!(
+                "command of {} bytes exceeds the limit of {}",
+                command.len(),
+                self.inner.config.max_command_bytes
+            )));
+        }
+        let (reply, rx) = oneshot::channel();
+        self.send(LoopMsg::Propose { command, client_id, sequence, reply })?;
+        self.wait(rx).await?
+    }
+
+    /// Answers `request` with the plugin's `query`, at the given consistency.
+    pub async fn query(&self, request: Vec<u8>, consistency: Consistency) -> Result<Vec<u8>, Error> {
+        self.check_alive()?;
+        let index = match consistency {
+            Consistency::Eventual => self.inner.commit_at_start,
+            Consistency::Linearizable => {
+                let (reply, rx) = oneshot::channel();
+                self.send(LoopMsg::ReadIndex { reply })?;
+                self.wait(rx).await??.0
+            }
+            Consistency::Lease => {
+                let (reply, rx) = oneshot::channel();
+                self.send(LoopMsg::LeaseRead { reply })?;
+                self.wait(rx).await??.0
+            }
+        };
+        self.wait_applied(index).await?;
+        let storage = self.inner.storage.clone();
+        let queries = self.inner.queries.clone();
+        tokio::task::spawn_blocking(move || {
+            let view: Arc<dyn StateView> = Arc::new(StorageView(storage.consistent_reader()));
+            queries.query(view, &request)
+        })
+        .await
+        .map_err(|e| Error::Fatal(format!("query task failed: {e}")))?
+        .map_err(Error::from)
+    }
+
+    async fn wait_applied(&self, index: u64) -> Result<(), Error> {
+        let mut applied = self.inner.applied.clone();
+        match tokio::time::timeout(self.inner.config.request_timeout, applied.wait_for(|a| *a >= index)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(Error::Stopped),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
+    async fn wait<R>(&self, rx: oneshot::Receiver<R>) -> Result<R, Error> {
+        match tokio::time::timeout(self.inner.config.request_timeout, rx).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(_)) => Err(self.inner.status.lock().fatal.clone().map_or(Error::Stopped, Error::Fatal)),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
+    fn send(&self, msg: LoopMsg) -> Result<(), Error> {
+        self.inner.raft.send(msg).map_err(|_| Error::Stopped)
+    }
+
+    fn check_alive(&self) -> Result<(), Error> {
+        match &self.inner.status.lock().fatal {
+            Some(f) => Err(Error::Fatal(f.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// A snapshot of this node's state.
+    pub fn status(&self) -> NodeStatus {
+        self.inner.status.lock().clone()
+    }
+
+    /// Events of entries applied from now on, in apply order. A receiver
+    /// that falls more than 4096 events behind loses the oldest.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<EntryEvent>> {
+        self.inner.events.subscribe()
+    }
+
+    /// Waits until this node leads (single-node clusters elect themselves
+    /// within an election timeout).
+    pub async fn wait_for_leader(&self) -> Result<u64, Error> {
+        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        loop {
+            let st = self.status();
+            if let Some(leader) = st.leader {
+                return Ok(leader.0);
+            }
+            if let Some(f) = st.fatal {
+                return Err(Error::Fatal(f));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            tokio::time::sleep(self.inner.config.tick_interval / 2).await;
+        }
+    }
+
+    /// Stops the node's threads and waits for them. Writes already
+    /// acknowledged are durable; requests in flight fail with `Stopped`.
+    pub fn shutdown(&self) {
+        let _ = self.inner.raft.send(LoopMsg::Shutdown);
+        for t in self.inner.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// The node's storage (for tools and tests).
+    pub fn storage(&self) -> &Storage {
+        &self.inner.storage
+    }
+}
+

@@ -1,0 +1,215 @@
+//! The thread that owns the Raft core: it batches client requests, drives
+//! `tick`/`propose`/`read_index`, and carries out each `Ready` in the order
+//! the core's contract demands (docs/design/001-raft-core-api.md).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use wasmraft_raft::{Index, Message, ProposeError, RawNode, ReadId, Role};
+use wasmraft_storage::Storage;
+
+use crate::apply::ApplyTask;
+use crate::envelope::Envelope;
+use crate::error::Error;
+use crate::node::NodeStatus;
+use crate::transport::Transport;
+
+pub(crate) type ProposeReply = oneshot::Sender<Result<crate::node::Applied, Error>>;
+pub(crate) type IndexReply = oneshot::Sender<Result<Index, Error>>;
+
+/// Requests to the Raft loop.
+pub(crate) enum LoopMsg {
+    Propose { command: Vec<u8>, client_id: u64, sequence: u64, reply: ProposeReply },
+    /// A linearizable read: reply with a read index confirmed by a quorum.
+    ReadIndex { reply: IndexReply },
+    /// A lease read: the commit index if the lease holds, else a ReadIndex.
+    LeaseRead { reply: IndexReply },
+    Step(Message),
+    /// The apply worker has applied through this index.
+    Applied(Index),
+    Shutdown,
+}
+
+pub(crate) struct RaftLoop<T: Transport> {
+    pub raw: RawNode<Storage>,
+    pub storage: Storage,
+    pub transport: T,
+    pub inbox: Receiver<LoopMsg>,
+    pub apply_tx: std::sync::mpsc::Sender<ApplyTask>,
+    pub status: Arc<Mutex<NodeStatus>>,
+    pub tick_interval: Duration,
+    pub sync_log: bool,
+    /// Reads waiting for the ReadIndex round they joined.
+    pub pending_reads: HashMap<ReadId, Vec<IndexReply>>,
+    pub next_read_id: u64,
+    /// The last timestamp stamped on a command: stamps never go backwards.
+    pub last_stamp_ms: u64,
+}
+
+impl<T: Transport> RaftLoop<T> {
+    pub fn run(mut self) {
+        let mut next_tick = Instant::now() + self.tick_interval;
+        loop {
+            let timeout = next_tick.saturating_duration_since(Instant::now());
+            let first = match self.inbox.recv_timeout(timeout) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            // Everything that arrived while the last Ready was being written
+            // joins one batch: one append, one fsync, one ReadIndex round.
+            let mut proposals = Vec::new();
+            let mut reads = Vec::new();
+            let mut lease_reads = Vec::new();
+            for msg in first.into_iter().chain(std::iter::from_fn(|| self.inbox.try_recv().ok())) {
+                match msg {
+                    LoopMsg::Propose { command, client_id, sequence, reply } => {
+                        proposals.push((command, client_id, sequence, reply))
+                    }
+                    LoopMsg::ReadIndex { reply } => reads.push(reply),
+                    LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
+                    LoopMsg::Step(m) => {
+                        if let Err(e) = self.raw.step(m) {
+                            tracing::warn!(error = %e, "dropped a message");
+                        }
+                    }
+                    LoopMsg::Applied(index) => self.raw.applied_to(index),
+                    LoopMsg::Shutdown => return,
+                }
+            }
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick += self.tick_interval;
+                if next_tick < Instant::now() {
+                    next_tick = Instant::now() + self.tick_interval; // after a stall, do not burst
+                }
+            }
+            self.propose(proposals);
+            for reply in lease_reads {
+                match self.raw.lease_read() {
+                    Some(index) => {
+                        let _ = reply.send(Ok(index));
+                    }
+                    None => reads.push(reply),
+                }
+            }
+            self.read_index(reads);
+            if let Err(e) = self.handle_readies() {
+                tracing::error!(error = %e, "storage failed; stopping the raft loop");
+                self.status.lock().fatal = Some(e.clone());
+                return;
+            }
+        }
+    }
+
+    fn not_leader(&self) -> Error {
+        Error::NotLeader { leader: self.raw.status().leader }
+    }
+
+    fn propose(&mut self, proposals: Vec<(Vec<u8>, u64, u64, ProposeReply)>) {
+        if proposals.is_empty() {
+            return;
+        }
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.last_stamp_ms = self.last_stamp_ms.max(now);
+        let stamp = self.last_stamp_ms;
+        let (commands, replies): (Vec<_>, Vec<_>) = proposals
+            .into_iter()
+            .map(|(command, client_id, sequence, reply)| {
+                (Envelope { timestamp_ms: stamp, client_id, sequence, command }.encode(), reply)
+            })
+            .unzip();
+        let term = self.raw.status().term;
+        match self.raw.propose(commands) {
+            Ok(range) => {
+                for (index, reply) in (range.start.0..range.end.0).zip(replies) {
+                    // Registered before the entries can commit (a later Ready),
+                    // and the apply channel is FIFO.
+                    let _ = self.apply_tx.send(ApplyTask::Await { index: Index(index), term, reply });
+                }
+            }
+            Err(e) => {
+                let err = match e {
+                    ProposeError::NotLeader { leader } => Error::NotLeader { leader },
+                    other => Error::Invalid(other.to_string()),
+                };
+                for reply in replies {
+                    let _ = reply.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+
+    fn read_index(&mut self, reads: Vec<IndexReply>) {
+        if reads.is_empty() {
+            return;
+        }
+        self.next_read_id += 1;
+        let id = ReadId(self.next_read_id);
+        match self.raw.read_index(id) {
+            Ok(()) => {
+                self.pending_reads.insert(id, reads);
+            }
+            Err(_) => {
+                let err = self.not_leader();
+                for r in reads {
+                    let _ = r.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+
+    fn handle_readies(&mut self) -> Result<(), String> {
+        while self.raw.has_ready() {
+            let mut rd = self.raw.ready();
+            if let Some(soft) = rd.soft_state {
+                let mut st = self.status.lock();
+                st.role = soft.role;
+                st.leader = soft.leader;
+                drop(st);
+                if soft.role != Role::Leader {
+                    // Reads waiting on a round this node can no longer finish.
+                    let err = Error::NotLeader { leader: soft.leader };
+                    for (_, replies) in self.pending_reads.drain() {
+                        for r in replies {
+                            let _ = r.send(Err(err.clone()));
+                        }
+                    }
+                }
+            }
+            self.transport.send(std::mem::take(&mut rd.messages));
+            if rd.snapshot.is_some() {
+                return Err("snapshot installation is not supported by this node yet".into());
+            }
+            if !rd.entries.is_empty() || rd.hard_state.is_some() {
+                self.storage
+                    .append(&rd.entries, rd.hard_state.as_ref(), rd.must_sync && self.sync_log)
+                    .map_err(|e| e.to_string())?;
+            }
+            self.transport.send(std::mem::take(&mut rd.persisted_messages));
+            if !rd.committed_entries.is_empty() {
+                let _ = self.apply_tx.send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
+            }
+            for rs in &rd.read_states {
+                if let Some(replies) = self.pending_reads.remove(&rs.id) {
+                    for r in replies {
+                        let _ = r.send(Ok(rs.index));
+                    }
+                }
+            }
+            self.raw.advance(rd);
+            let s = self.raw.status();
+            let mut st = self.status.lock();
+            st.term = s.term.0;
+            st.commit = s.commit.0;
+            st.last_index = s.last_index.0;
+            st.leader = s.leader;
+            st.role = s.role;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,59 @@
+//! The state machine behind a node, and how the node lets it read storage.
+
+use std::sync::Arc;
+
+use wasmraft_runtime::{ApplyBatch, Applier, EntryInput, Fatal, QueryError, QueryPool, StateError, StateView};
+use wasmraft_storage::StateReader;
+
+/// Applies committed entries. Implemented by the Wasm plugin runtime and by
+/// native Rust state machines alike.
+///
+/// Contract: `apply` is called from one thread, in log order, with every
+/// committed command exactly once per replica lifetime (after a restart,
+/// from the durable applied index on). It must be deterministic: the same
+/// entries over the same state give the same outcomes and writes on every
+/// replica. It does not write storage itself: the node stores the returned
+/// writes together with the applied index in one atomic write. `Err(Fatal)`
+/// stops the node's apply loop; the entry is never skipped.
+pub trait StateMachine: Send + 'static {
+    /// Applies `entries` over `state` (the committed keyspace).
+    fn apply(&mut self, state: Arc<dyn StateView>, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal>;
+}
+
+/// Answers read-only queries, concurrently with `apply`.
+pub trait QueryHandler: Send + Sync + 'static {
+    /// Answers `request` from `state`, which stays at one applied index for
+    /// the whole call.
+    fn query(&self, state: Arc<dyn StateView>, request: &[u8]) -> Result<Vec<u8>, QueryError>;
+}
+
+impl StateMachine for Applier {
+    fn apply(&mut self, state: Arc<dyn StateView>, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal> {
+        Applier::apply(self, state, entries)
+    }
+}
+
+impl QueryHandler for QueryPool {
+    fn query(&self, state: Arc<dyn StateView>, request: &[u8]) -> Result<Vec<u8>, QueryError> {
+        QueryPool::query(self, state, request)
+    }
+}
+
+/// Storage's state reader seen through the runtime's view trait.
+pub(crate) struct StorageView(pub StateReader);
+
+impl StateView for StorageView {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        self.0.get(key).map_err(|e| StateError(e.to_string()))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StateError> {
+        self.0.scan(start, end, reverse, visit).map_err(|e| StateError(e.to_string()))
+    }
+}

@@ -1,0 +1,126 @@
+//! One node, in process, over real RocksDB and the real KV plugin.
+
+use std::time::Duration;
+
+use prost::Message;
+use wasmraft_node::{Consistency, Error, KV_PLUGIN, Node, NodeConfig};
+use wasmraft_proto::etcdserverpb::{
+    PutRequest, RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response,
+};
+
+fn config(dir: &std::path::Path) -> NodeConfig {
+    NodeConfig { data_dir: dir.to_path_buf(), tick_interval: Duration::from_millis(10), ..NodeConfig::default() }
+}
+
+async fn start(dir: &std::path::Path) -> Node {
+    let node = Node::start(config(dir), KV_PLUGIN).expect("node starts");
+    node.wait_for_leader().await.expect("a single node elects itself");
+    node
+}
+
+fn put(k: &str, v: &str) -> Vec<u8> {
+    RequestOp { request: Some(Request::RequestPut(PutRequest { key: k.into(), value: v.into(), ..Default::default() })) }
+        .encode_to_vec()
+}
+
+fn get_req(k: &str) -> Vec<u8> {
+    RequestOp { request: Some(Request::RequestRange(RangeRequest { key: k.into(), ..Default::default() })) }
+        .encode_to_vec()
+}
+
+async fn get(node: &Node, k: &str, c: Consistency) -> Option<Vec<u8>> {
+    let bytes = node.query(get_req(k), c).await.expect("query");
+    match ResponseOp::decode(bytes.as_slice()).unwrap().response.unwrap() {
+        Response::ResponseRange(mut r) => r.kvs.pop().map(|kv| kv.value),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_readable_at_every_consistency_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    node.propose(put("a", "1")).await.unwrap();
+    for c in [Consistency::Linearizable, Consistency::Lease, Consistency::Eventual] {
+        assert_eq!(get(&node, "a", c).await, Some(b"1".to_vec()), "{c:?}");
+    }
+    node.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_proposals_all_apply_in_one_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let node = node.clone();
+            tokio::spawn(async move { node.propose_as(put(&format!("k{i}"), &format!("v{i}")), 0, 0).await })
+        })
+        .collect();
+    let mut indexes = Vec::new();
+    for t in tasks {
+        indexes.push(t.await.unwrap().unwrap().index);
+    }
+    indexes.sort();
+    indexes.dedup();
+    assert_eq!(indexes.len(), 200, "every proposal got its own log index");
+    for i in (0..200).step_by(37) {
+        assert_eq!(get(&node, &format!("k{i}"), Consistency::Linearizable).await, Some(format!("v{i}").into_bytes()));
+    }
+    node.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_and_log_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    for i in 0..20 {
+        node.propose(put(&format!("k{i}"), "v")).await.unwrap();
+    }
+    let applied = node.status().applied;
+    node.shutdown();
+    drop(node);
+
+    let node = start(dir.path()).await;
+    assert!(node.status().applied >= applied);
+    assert_eq!(get(&node, "k19", Consistency::Eventual).await, Some(b"v".to_vec()));
+    node.propose(put("k20", "w")).await.unwrap();
+    assert_eq!(get(&node, "k20", Consistency::Linearizable).await, Some(b"w".to_vec()));
+    node.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_commands_get_clear_errors_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    node.propose(put("a", "1")).await.unwrap();
+    let applied = node.status().applied;
+
+    let err = node.propose(vec![0xff, 0x00, 0x13]).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(ref m) if m.contains("malformed RequestOp")), "{err}");
+    let err = node.propose(put("", "x")).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(ref m) if m.contains("key is not provided")), "{err}");
+    let huge = put("big", &"x".repeat(3 << 20));
+    let err = node.propose(huge).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(ref m) if m.contains("exceeds the limit")), "{err}");
+    let err = node.query(vec![0xff], Consistency::Linearizable).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
+
+    assert_eq!(get(&node, "a", Consistency::Linearizable).await, Some(b"1".to_vec()));
+    assert_eq!(get(&node, "big", Consistency::Linearizable).await, None);
+    // Refused entries still took a log index, but wrote nothing.
+    assert!(node.status().applied >= applied + 2);
+    node.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_receive_the_events_of_applied_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    let mut events = node.subscribe();
+    let applied = node.propose_as(put("w", "1"), 0, 0).await.unwrap();
+    let ev = events.recv().await.unwrap();
+    assert_eq!(ev.key, b"w");
+    assert_eq!(ev.index, applied.index);
+    node.shutdown();
+}

@@ -1,0 +1,368 @@
+//! The Raft log as the core sees it: the driver's persisted entries (through
+//! [`LogReader`]) followed by an unstable suffix the driver has not persisted
+//! yet, plus the commit index and the cursors of what was handed out.
+//!
+//! ```text
+//!  first_index        offset (first unstable)         last_index
+//!      |   stable (LogReader)   |   unstable (memory)     |
+//!  ----+------------------------+-------------------------+
+//!          applied <= handed <= committed <= last_index
+//! ```
+//!
+//! A pending snapshot (received from the leader, not yet installed by the
+//! driver) replaces the whole stable part: `offset = snapshot.index + 1`.
+
+use std::collections::BTreeMap;
+
+use crate::error::StorageError;
+use crate::storage::LogReader;
+use crate::types::{Entry, EntryPayload, Index, LogId, Membership, SnapshotMeta, Term};
+
+/// Unwraps a storage result the core cannot do without; storage failures
+/// other than `Compacted`/`Unavailable` are fatal (see the crate docs).
+pub(crate) fn fatal<T>(r: Result<T, StorageError>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("raft log: {what}: {e}"),
+    }
+}
+
+/// The log: stable view + unstable suffix.
+pub(crate) struct RaftLog<L: LogReader> {
+    pub(crate) reader: L,
+    /// A snapshot received and accepted but not yet installed by the driver.
+    pub(crate) unstable_snapshot: Option<SnapshotMeta>,
+    /// Entries not yet persisted; `unstable[0]` has index `offset`.
+    pub(crate) unstable: Vec<Entry>,
+    pub(crate) offset: Index,
+    /// The highest index known committed.
+    pub(crate) committed: Index,
+    /// The highest index handed out in `Ready::committed_entries`.
+    pub(crate) handed: Index,
+    /// The highest index the driver reported applied.
+    pub(crate) applied: Index,
+    /// Membership entries in the log after the committed membership.
+    pub(crate) conf_entries: BTreeMap<Index, Membership>,
+}
+
+impl<L: LogReader> RaftLog<L> {
+    /// Builds the view over `reader`; `applied` is the state machine's index.
+    /// Scans the stable log once for membership entries.
+    pub(crate) fn new(reader: L, commit: Index, applied: Index) -> RaftLog<L> {
+        let first = fatal(reader.first_index(), "first_index");
+        let last = fatal(reader.last_index(), "last_index");
+        let committed = commit.max(first.prev());
+        assert!(
+            committed <= last,
+            "raft log: commit {committed} beyond last index {last}"
+        );
+        let start = applied.max(first.prev()).min(committed);
+        let mut log = RaftLog {
+            reader,
+            unstable_snapshot: None,
+            unstable: Vec::new(),
+            offset: last.next(),
+            committed,
+            handed: start,
+            applied: start,
+            conf_entries: BTreeMap::new(),
+        };
+        let mut lo = first;
+        while lo <= last {
+            let batch = fatal(log.reader.entries(lo, last.next(), 4 << 20), "entries");
+            assert!(
+                !batch.is_empty(),
+                "raft log: reader returned no entries at {lo}"
+            );
+            lo = Index(lo.0 + batch.len() as u64);
+            for e in batch {
+                if let EntryPayload::Membership(m) = e.payload {
+                    log.conf_entries.insert(e.log_id.index, m);
+                }
+            }
+        }
+        log
+    }
+
+    pub(crate) fn first_index(&self) -> Index {
+        match &self.unstable_snapshot {
+            Some(s) => s.last.index.next(),
+            None => fatal(self.reader.first_index(), "first_index"),
+        }
+    }
+
+    pub(crate) fn last_index(&self) -> Index {
+        if !self.unstable.is_empty() {
+            return Index(self.offset.0 + self.unstable.len() as u64 - 1);
+        }
+        match &self.unstable_snapshot {
+            Some(s) => s.last.index,
+            None => fatal(self.reader.last_index(), "last_index"),
+        }
+    }
+
+    /// The last index the driver has persisted (valid prefix of the stable log).
+    pub(crate) fn persisted_last(&self) -> Index {
+        if self.unstable_snapshot.is_some() {
+            return Index(0);
+        }
+        self.offset.prev()
+    }
+
+    pub(crate) fn term(&self, index: Index) -> Result<Term, StorageError> {
+        if index > self.last_index() {
+            return Err(StorageError::Unavailable);
+        }
+        if index >= self.offset && !self.unstable.is_empty() {
+            return Ok(self.unstable[(index.0 - self.offset.0) as usize]
+                .log_id
+                .term);
+        }
+        if let Some(s) = &self.unstable_snapshot {
+            return if index == s.last.index {
+                Ok(s.last.term)
+            } else {
+                Err(StorageError::Compacted)
+            };
+        }
+        if index == Index(0) {
+            return Ok(Term(0));
+        }
+        self.reader.term(index)
+    }
+
+    /// The term at `index` or 0 if it is not in the log.
+    pub(crate) fn term_or_zero(&self, index: Index) -> Term {
+        match self.term(index) {
+            Ok(t) => t,
+            Err(StorageError::Compacted | StorageError::Unavailable) => Term(0),
+            Err(e) => panic!("raft log: term({index}): {e}"),
+        }
+    }
+
+    pub(crate) fn last_log_id(&self) -> LogId {
+        let index = self.last_index();
+        LogId {
+            term: fatal(self.term(index), "term of last index"),
+            index,
+        }
+    }
+
+    pub(crate) fn match_term(&self, id: LogId) -> bool {
+        matches!(self.term(id.index), Ok(t) if t == id.term)
+    }
+
+    /// §5.4.1: `last` is at least as up-to-date as this log (last term, then
+    /// last index, compared lexicographically).
+    pub(crate) fn is_up_to_date(&self, last: LogId) -> bool {
+        let mine = self.last_log_id();
+        (last.term, last.index) >= (mine.term, mine.index)
+    }
+
+    /// Entries `[lo, hi)` within `max_bytes` (at least one).
+    pub(crate) fn entries(
+        &self,
+        lo: Index,
+        hi: Index,
+        max_bytes: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        assert!(
+            hi <= self.last_index().next(),
+            "raft log: entries [{lo}, {hi}) beyond last index"
+        );
+        if lo >= hi {
+            return Ok(Vec::new());
+        }
+        if lo < self.first_index() {
+            return Err(StorageError::Compacted);
+        }
+        let mut out = Vec::new();
+        let mut size = 0u64;
+        if lo < self.offset {
+            let stable_hi = hi.min(self.offset);
+            out = self.reader.entries(lo, stable_hi, max_bytes)?;
+            if (out.len() as u64) < stable_hi.0 - lo.0 {
+                return Ok(out);
+            }
+            size = out.iter().map(Entry::size).sum();
+        }
+        let from = lo.max(self.offset);
+        for i in from.0..hi.0 {
+            let e = &self.unstable[(i - self.offset.0) as usize];
+            if !out.is_empty() && size + e.size() > max_bytes {
+                break;
+            }
+            size += e.size();
+            out.push(e.clone());
+        }
+        Ok(out)
+    }
+
+    /// The first entry of `entries` whose id does not match this log.
+    fn find_conflict(&self, entries: &[Entry]) -> Option<Index> {
+        entries
+            .iter()
+            .find(|e| !self.match_term(e.log_id))
+            .map(|e| e.log_id.index)
+    }
+
+    /// The largest index `<= index` whose term is `<= term`, with its term
+    /// (the rejection hint of fast backtracking).
+    pub(crate) fn find_conflict_by_term(&self, index: Index, term: Term) -> LogId {
+        let mut i = index.min(self.last_index());
+        loop {
+            match self.term(i) {
+                Ok(t) if t > term && i > Index(0) => i = i.prev(),
+                Ok(t) => return LogId { term: t, index: i },
+                Err(_) => {
+                    return LogId {
+                        term: Term(0),
+                        index: i,
+                    };
+                }
+            }
+        }
+    }
+
+    /// A follower's append (§5.3): if `prev` matches, appends `entries` from the
+    /// first conflicting one (never truncating a matching suffix) and returns
+    /// the last index known to match; commits up to `min(commit, that index)`.
+    pub(crate) fn maybe_append(
+        &mut self,
+        prev: LogId,
+        commit: Index,
+        entries: &[Entry],
+    ) -> Option<Index> {
+        if !self.match_term(prev) {
+            return None;
+        }
+        let last_new = Index(prev.index.0 + entries.len() as u64);
+        if let Some(conflict) = self.find_conflict(entries) {
+            assert!(
+                conflict > self.committed,
+                "raft log: conflicting entry {conflict} at or below commit {}",
+                self.committed
+            );
+            let start = (conflict.0 - prev.index.0 - 1) as usize;
+            self.truncate_and_append(&entries[start..]);
+        }
+        self.commit_to(commit.min(last_new));
+        Some(last_new)
+    }
+
+    /// A leader's append at the end of its log.
+    pub(crate) fn append(&mut self, entries: Vec<Entry>) {
+        let Some(first) = entries.first() else { return };
+        assert_eq!(
+            first.log_id.index,
+            self.last_index().next(),
+            "raft log: leader append not contiguous"
+        );
+        for e in &entries {
+            if let EntryPayload::Membership(m) = &e.payload {
+                self.conf_entries.insert(e.log_id.index, m.clone());
+            }
+        }
+        if self.unstable.is_empty() {
+            self.offset = first.log_id.index;
+        }
+        self.unstable.extend(entries);
+    }
+
+    /// Replaces the log from `entries[0]` on.
+    fn truncate_and_append(&mut self, entries: &[Entry]) {
+        let after = entries[0].log_id.index;
+        assert!(
+            after > self.committed,
+            "raft log: truncating committed entry {after}"
+        );
+        self.conf_entries.retain(|&i, _| i < after);
+        let unstable_end = Index(self.offset.0 + self.unstable.len() as u64);
+        if after == unstable_end && !self.unstable.is_empty() {
+            // Plain append to the unstable suffix.
+        } else if after <= self.offset || self.unstable.is_empty() {
+            // Replaces (part of) the stable log: the driver truncates it when it
+            // persists these entries.
+            self.unstable.clear();
+            self.offset = after;
+        } else {
+            self.unstable.truncate((after.0 - self.offset.0) as usize);
+        }
+        for e in entries {
+            if let EntryPayload::Membership(m) = &e.payload {
+                self.conf_entries.insert(e.log_id.index, m.clone());
+            }
+        }
+        self.unstable.extend_from_slice(entries);
+    }
+
+    pub(crate) fn commit_to(&mut self, index: Index) {
+        if index > self.committed {
+            assert!(
+                index <= self.last_index(),
+                "raft log: commit {index} beyond last index {}",
+                self.last_index()
+            );
+            self.committed = index;
+        }
+    }
+
+    /// The driver persisted entries through `id`.
+    pub(crate) fn stable_to(&mut self, id: LogId) {
+        if id.index < self.offset || self.unstable.is_empty() {
+            return;
+        }
+        if self.term(id.index) != Ok(id.term) {
+            return; // replaced since that Ready was built
+        }
+        let n = (id.index.0 - self.offset.0 + 1) as usize;
+        self.unstable.drain(..n);
+        self.offset = id.index.next();
+    }
+
+    /// The driver installed the snapshot through `index`.
+    pub(crate) fn stable_snap_to(&mut self, index: Index) {
+        if self
+            .unstable_snapshot
+            .as_ref()
+            .is_some_and(|s| s.last.index == index)
+        {
+            self.unstable_snapshot = None;
+        }
+    }
+
+    /// Replaces the whole log with a snapshot (§7).
+    pub(crate) fn restore(&mut self, meta: SnapshotMeta) {
+        let index = meta.last.index;
+        assert!(
+            index > self.committed,
+            "raft log: restoring snapshot {index} at or below commit"
+        );
+        self.unstable.clear();
+        self.offset = index.next();
+        self.committed = index;
+        self.handed = index;
+        self.conf_entries.clear();
+        self.unstable_snapshot = Some(meta);
+    }
+
+    /// Committed entries not handed out yet; marks them handed out.
+    pub(crate) fn take_committed(&mut self) -> Vec<Entry> {
+        if self.handed >= self.committed {
+            return Vec::new();
+        }
+        let lo = self.handed.next();
+        let ents = fatal(
+            self.entries(lo, self.committed.next(), u64::MAX),
+            "committed entries",
+        );
+        assert_eq!(
+            ents.len() as u64,
+            self.committed.0 - self.handed.0,
+            "raft log: committed entries [{lo}, {}] not all readable",
+            self.committed
+        );
+        self.handed = self.committed;
+        ents
+    }
+}

@@ -1,0 +1,157 @@
+//! The leader's view of each follower (etcd-io/raft `tracker/progress.go`):
+//! probe one message at a time until the follower's log matches, then
+//! replicate pipelined within a window, or wait for a snapshot.
+
+use std::collections::VecDeque;
+
+use crate::types::Index;
+
+/// How the leader currently sends to a follower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressState {
+    /// Looking for the point where logs agree: one AppendEntries per
+    /// heartbeat interval until one is acknowledged.
+    Probe,
+    /// Logs agree: AppendEntries are pipelined, bounded by the in-flight window.
+    Replicate,
+    /// The follower needs the snapshot through `pending`; nothing else is sent.
+    Snapshot {
+        /// The snapshot's last index.
+        pending: Index,
+    },
+}
+
+/// The leader's record of one follower.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// The highest index known to match the leader's log.
+    pub matched: Index,
+    /// The next index to send.
+    pub next: Index,
+    /// The sending state.
+    pub state: ProgressState,
+    /// Probe: a message was sent since the last acknowledgement.
+    pub(crate) probe_sent: bool,
+    /// Replicate: the last index of each unacknowledged AppendEntries.
+    pub(crate) inflights: VecDeque<Index>,
+    pub(crate) max_inflight: usize,
+    /// Whether the follower answered since the last check-quorum.
+    pub(crate) recent_active: bool,
+    /// The newest heartbeat round (token) the follower acknowledged this term.
+    pub(crate) acked_token: u64,
+    /// Whether an append was acknowledged since the last heartbeat answer.
+    pub(crate) progressed: bool,
+}
+
+impl Progress {
+    pub(crate) fn new(next: Index, max_inflight: usize) -> Progress {
+        Progress {
+            matched: Index(0),
+            next,
+            state: ProgressState::Probe,
+            probe_sent: false,
+            inflights: VecDeque::new(),
+            max_inflight,
+            recent_active: false,
+            acked_token: 0,
+            progressed: false,
+        }
+    }
+
+    fn reset_state(&mut self, state: ProgressState) {
+        self.state = state;
+        self.probe_sent = false;
+        self.inflights.clear();
+    }
+
+    pub(crate) fn become_probe(&mut self) {
+        if let ProgressState::Snapshot { pending } = self.state {
+            self.reset_state(ProgressState::Probe);
+            self.next = self.matched.next().max(pending.next());
+        } else {
+            self.reset_state(ProgressState::Probe);
+            self.next = self.matched.next();
+        }
+    }
+
+    pub(crate) fn become_replicate(&mut self) {
+        self.reset_state(ProgressState::Replicate);
+        self.next = self.matched.next();
+    }
+
+    pub(crate) fn become_snapshot(&mut self, pending: Index) {
+        self.reset_state(ProgressState::Snapshot { pending });
+    }
+
+    /// Whether sending must wait.
+    pub(crate) fn is_paused(&self) -> bool {
+        match self.state {
+            ProgressState::Probe => self.probe_sent,
+            ProgressState::Replicate => self.inflights.len() >= self.max_inflight,
+            ProgressState::Snapshot { .. } => true,
+        }
+    }
+
+    /// Records that an AppendEntries ending at `last` (or a probe) was sent.
+    pub(crate) fn sent_entries(&mut self, last: Option<Index>) {
+        match self.state {
+            ProgressState::Replicate => {
+                if let Some(last) = last {
+                    self.next = last.next();
+                    self.inflights.push_back(last);
+                }
+            }
+            ProgressState::Probe => self.probe_sent = true,
+            ProgressState::Snapshot { .. } => panic!("progress: sending entries in snapshot state"),
+        }
+    }
+
+    /// An acknowledgement through `index`; returns whether it was news.
+    pub(crate) fn maybe_update(&mut self, index: Index) -> bool {
+        let updated = index > self.matched;
+        self.progressed = true;
+        if updated {
+            self.matched = index;
+            self.probe_sent = false;
+        }
+        self.next = self.next.max(index.next());
+        while self.inflights.front().is_some_and(|&i| i <= index) {
+            self.inflights.pop_front();
+        }
+        updated
+    }
+
+    /// A heartbeat answer arrived. A replicating follower whose window is
+    /// full and that acknowledged nothing during a whole heartbeat interval
+    /// has lost appends (the network drops silently): probe again from
+    /// `matched + 1`. Returns whether it fell back to probing.
+    pub(crate) fn on_heartbeat_response(&mut self) -> bool {
+        let stalled =
+            self.state == ProgressState::Replicate && self.is_paused() && !self.progressed;
+        self.progressed = false;
+        self.probe_sent = false;
+        if stalled {
+            self.become_probe();
+        }
+        stalled
+    }
+
+    /// A rejection of `rejected` (the sent prev index) with the follower's
+    /// hint `match_hint`; returns whether `next` moved back (false for a stale
+    /// rejection).
+    pub(crate) fn maybe_decr_to(&mut self, rejected: Index, match_hint: Index) -> bool {
+        if self.state == ProgressState::Replicate {
+            if rejected <= self.matched {
+                return false; // stale: it answers an older message
+            }
+            self.next = self.matched.next();
+            return true;
+        }
+        if self.next.prev() != rejected {
+            return false; // stale: not the probe we are waiting for
+        }
+        self.next = match_hint.next().min(rejected).max(self.matched.next());
+        self.probe_sent = false;
+        true
+    }
+}

@@ -1,0 +1,288 @@
+//! [`RawNode`]: the driving API, and [`Ready`]: what the driver must do.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::config::Config;
+use crate::error::{Error, ProposeError, StepError};
+use crate::message::Message;
+use crate::progress::Progress;
+use crate::raft::Raft;
+use crate::storage::LogReader;
+use crate::types::{
+    Entry, HardState, Index, LogId, Membership, MembershipChange, NodeId, ReadId, ReadState, Role,
+    SnapshotMeta, SoftState, Term,
+};
+
+/// A batch of work for the driver, to be done in this order (see the crate
+/// docs for the full contract):
+///
+/// 1. send `messages` (they do not depend on this Ready's writes);
+/// 2. if `snapshot` is `Some`, install it atomically (state and meta);
+/// 3. append `entries` (truncating any suffix they replace) and save
+///    `hard_state`; fsync once if `must_sync`;
+/// 4. only then send `persisted_messages`;
+/// 5. apply `committed_entries` in order and answer `read_states` once
+///    `applied >= read_state.index`;
+/// 6. call [`RawNode::advance`] with this Ready.
+#[derive(Debug, Default)]
+#[must_use = "a Ready must be handled and given back to advance()"]
+pub struct Ready {
+    /// The role/leader if they changed since the last Ready.
+    pub soft_state: Option<SoftState>,
+    /// The hard state to save, if it changed.
+    pub hard_state: Option<HardState>,
+    /// Entries to append, replacing any persisted suffix from `entries[0]` on.
+    pub entries: Vec<Entry>,
+    /// A snapshot received from the leader, to make current before `entries`.
+    pub snapshot: Option<SnapshotMeta>,
+    /// Messages to send now, before the writes of this Ready are durable.
+    pub messages: Vec<Message>,
+    /// Messages to send only after the writes of this Ready are durable.
+    pub persisted_messages: Vec<Message>,
+    /// Committed entries to apply, in order.
+    pub committed_entries: Vec<Entry>,
+    /// Answers to `read_index`: serve each once `applied >= index`.
+    pub read_states: Vec<ReadState>,
+    /// Whether the writes need an fsync (term, vote, entries or snapshot changed).
+    pub must_sync: bool,
+    last_entry: Option<LogId>,
+    snapshot_index: Option<Index>,
+}
+
+/// A node's status.
+#[derive(Clone, Debug)]
+pub struct Status {
+    /// This node.
+    pub id: NodeId,
+    /// Its role.
+    pub role: Role,
+    /// Its term.
+    pub term: Term,
+    /// Its vote in `term`.
+    pub vote: Option<NodeId>,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// Its commit index.
+    pub commit: Index,
+    /// The applied index reported by the driver.
+    pub applied: Index,
+    /// Its last log index.
+    pub last_index: Index,
+    /// The committed configuration in effect.
+    pub membership: Membership,
+    /// Leader only: each member's progress.
+    pub progress: BTreeMap<NodeId, Progress>,
+    /// Leader only: the transfer target, if a transfer is in progress.
+    pub transferee: Option<NodeId>,
+    /// Ticks since start.
+    pub now: u64,
+}
+
+/// A Raft node without I/O: feed it ticks, messages and proposals; take
+/// [`Ready`]s; do what they say; [`advance`](RawNode::advance).
+pub struct RawNode<L: LogReader> {
+    raft: Raft<L>,
+    prev_soft: SoftState,
+    prev_hard: HardState,
+    outstanding: bool,
+}
+
+impl<L: LogReader> std::fmt::Debug for RawNode<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawNode")
+            .field("id", &self.raft.id)
+            .field("role", &self.raft.role)
+            .field("term", &self.raft.term)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: LogReader> RawNode<L> {
+    /// A node over the persisted state `reader` exposes.
+    pub fn new(config: Config, reader: L) -> Result<RawNode<L>, Error> {
+        let raft = Raft::new(config, reader)?;
+        let prev_hard = raft.hard_state();
+        Ok(RawNode {
+            prev_soft: raft.soft_state(),
+            prev_hard,
+            raft,
+            outstanding: false,
+        })
+    }
+
+    /// Advances the logical clock by one tick.
+    pub fn tick(&mut self) {
+        self.raft.tick();
+    }
+
+    /// Steps a message received from a peer.
+    pub fn step(&mut self, msg: Message) -> Result<(), StepError> {
+        if msg.to != self.raft.id {
+            return Err(StepError::WrongRecipient {
+                to: msg.to,
+                node: self.raft.id,
+            });
+        }
+        self.raft.step(msg);
+        Ok(())
+    }
+
+    /// Proposes a batch of commands: one append, one message per follower.
+    /// Returns the indexes the entries got (all in the current term,
+    /// [`Status::term`]); they commit only if an entry with the same index and
+    /// term shows up in `committed_entries`.
+    pub fn propose(&mut self, commands: Vec<Vec<u8>>) -> Result<Range<Index>, ProposeError> {
+        self.raft.propose(commands)
+    }
+
+    /// Proposes a membership change; returns the index of its entry.
+    pub fn propose_membership(&mut self, change: MembershipChange) -> Result<Index, ProposeError> {
+        self.raft.propose_membership(change)
+    }
+
+    /// Transfers leadership to voter `to` (TimeoutNow once it caught up). The
+    /// lease ends at once; proposals are refused until the transfer ends.
+    pub fn transfer_leader(&mut self, to: NodeId) -> Result<(), ProposeError> {
+        self.raft.transfer_leader(to)
+    }
+
+    /// Asks for a linearizable read index for `id`; the answer comes as a
+    /// [`ReadState`] in a later Ready (never, if leadership is lost first:
+    /// the driver times the read out). A follower forwards it to the leader.
+    pub fn read_index(&mut self, id: ReadId) -> Result<(), ProposeError> {
+        self.raft.read_index(id)
+    }
+
+    /// `Some(commit)` if this node is the leader and holds a valid lease: the
+    /// read may then be served once `applied >= commit` without a round. The
+    /// driver must have delivered every elapsed tick first.
+    #[must_use]
+    pub fn lease_read(&self) -> Option<Index> {
+        self.raft.lease_read()
+    }
+
+    /// The transport cannot reach `peer`.
+    pub fn report_unreachable(&mut self, peer: NodeId) {
+        self.raft.report_unreachable(peer);
+    }
+
+    /// The snapshot sent to `peer` was installed (`ok`) or failed.
+    pub fn report_snapshot(&mut self, peer: NodeId, ok: bool) {
+        self.raft.report_snapshot(peer, ok);
+    }
+
+    /// The state machine applied every entry through `index`.
+    pub fn applied_to(&mut self, index: Index) {
+        assert!(
+            index <= self.raft.log.handed,
+            "raw node: applied {index} beyond the committed entries handed out ({})",
+            self.raft.log.handed
+        );
+        self.raft.log.applied = self.raft.log.applied.max(index);
+    }
+
+    /// This node's status.
+    #[must_use]
+    pub fn status(&self) -> Status {
+        let r = &self.raft;
+        Status {
+            id: r.id,
+            role: r.role,
+            term: r.term,
+            vote: r.vote,
+            leader: r.lead,
+            commit: r.log.committed,
+            applied: r.log.applied,
+            last_index: r.log.last_index(),
+            membership: r.membership.clone(),
+            progress: r.progress.clone(),
+            transferee: r.transferee,
+            now: r.now,
+        }
+    }
+
+    /// The storage reader.
+    pub fn reader(&self) -> &L {
+        &self.raft.log.reader
+    }
+
+    /// The storage reader, mutably (e.g. for a driver that writes through it).
+    pub fn reader_mut(&mut self) -> &mut L {
+        &mut self.raft.log.reader
+    }
+
+    /// Consumes the node, returning its reader.
+    pub fn into_reader(self) -> L {
+        self.raft.log.reader
+    }
+
+    /// Whether a Ready has work. False while a Ready is outstanding.
+    #[must_use]
+    pub fn has_ready(&self) -> bool {
+        let r = &self.raft;
+        !self.outstanding
+            && (r.soft_state() != self.prev_soft
+                || r.hard_state() != self.prev_hard
+                || !r.log.unstable.is_empty()
+                || r.log.unstable_snapshot.is_some()
+                || !r.msgs.is_empty()
+                || !r.msgs_after_persist.is_empty()
+                || r.log.committed > r.log.handed
+                || !r.read_states.is_empty()
+                || (r.role == Role::Leader && r.read_only.round_wanted))
+    }
+
+    /// Takes the pending work. Give it back to [`advance`](Self::advance)
+    /// before the next `ready()`.
+    pub fn ready(&mut self) -> Ready {
+        assert!(
+            !self.outstanding,
+            "raw node: ready() called again before advance()"
+        );
+        self.raft.flush_read_round();
+        let r = &mut self.raft;
+        let soft = r.soft_state();
+        let hard = r.hard_state();
+        let soft_state = (soft != self.prev_soft).then_some(soft);
+        let hard_state = (hard != self.prev_hard).then_some(hard);
+        let must_sync = hard.term != self.prev_hard.term
+            || hard.vote != self.prev_hard.vote
+            || !r.log.unstable.is_empty()
+            || r.log.unstable_snapshot.is_some();
+        self.prev_soft = soft;
+        self.prev_hard = hard;
+        let entries = r.log.unstable.clone();
+        let snapshot = r.log.unstable_snapshot.clone();
+        let rd = Ready {
+            soft_state,
+            hard_state,
+            last_entry: entries.last().map(|e| e.log_id),
+            snapshot_index: snapshot.as_ref().map(|s| s.last.index),
+            entries,
+            snapshot,
+            messages: std::mem::take(&mut r.msgs),
+            persisted_messages: std::mem::take(&mut r.msgs_after_persist),
+            committed_entries: r.log.take_committed(),
+            read_states: std::mem::take(&mut r.read_states),
+            must_sync,
+        };
+        self.outstanding = true;
+        rd
+    }
+
+    /// The driver did everything `rd` asked (its writes are durable). The
+    /// leader counts its own log as persisted only now.
+    pub fn advance(&mut self, rd: Ready) {
+        assert!(self.outstanding, "raw node: advance() without ready()");
+        self.outstanding = false;
+        if let Some(index) = rd.snapshot_index {
+            self.raft.log.stable_snap_to(index);
+            self.raft.log.applied = self.raft.log.applied.max(index);
+        }
+        if let Some(last) = rd.last_entry {
+            self.raft.log.stable_to(last);
+        }
+        self.raft.on_persisted();
+    }
+}

@@ -1,0 +1,290 @@
+//! Replication: truncation, backtracking hints, commit rules, batching, flow control.
+
+use super::*;
+use crate::{Config, EntryPayload, HardState, LogId};
+
+fn blank(term: u64, index: u64) -> Entry {
+    Entry {
+        log_id: LogId::new(term, index),
+        payload: EntryPayload::Blank,
+    }
+}
+
+fn append(prev: LogId, entries: Vec<Entry>, commit: u64) -> MessageBody {
+    MessageBody::AppendEntries {
+        prev,
+        entries,
+        commit: Index(commit),
+    }
+}
+
+/// A follower (node 2) whose persisted log has entries of the given terms.
+fn follower_with(terms: &[u64]) -> RawNode<MemStorage> {
+    let mut s = MemStorage::new(&[1, 2, 3]);
+    let ents: Vec<Entry> = terms
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| blank(t, i as u64 + 1))
+        .collect();
+    s.append(&ents);
+    s.hard_state = HardState {
+        term: Term(*terms.last().unwrap()),
+        vote: None,
+        commit: Index(0),
+    };
+    RawNode::new(cfg(2), s).unwrap()
+}
+
+#[test]
+fn append_truncates_only_from_the_first_conflicting_entry() {
+    // openraft 9540c904: a stale, shorter append must not cut a matching suffix.
+    let mut n = follower_with(&[1, 1, 1]);
+    n.step(msg(1, 2, 1, append(LogId::new(1, 1), vec![blank(1, 2)], 0)))
+        .unwrap();
+    let out = drive(&mut n);
+    assert!(out.entries.is_empty(), "nothing to write");
+    assert_eq!(n.status().last_index, Index(3));
+    let ok = MessageBody::AppendResponse {
+        reject: false,
+        index: Index(2),
+        hint: LogId::default(),
+    };
+    assert_eq!(out.persisted_messages, vec![msg(2, 1, 1, ok)]);
+}
+
+#[test]
+fn a_conflicting_suffix_is_replaced() {
+    let mut n = follower_with(&[1, 1, 1]);
+    n.step(msg(1, 2, 2, append(LogId::new(1, 1), vec![blank(2, 2)], 0)))
+        .unwrap();
+    let out = drive(&mut n);
+    assert_eq!(out.entries, vec![blank(2, 2)]);
+    assert_eq!(n.status().last_index, Index(2));
+    assert_eq!(n.reader().entries.len(), 2, "the driver truncated 1-3");
+}
+
+#[test]
+fn an_empty_append_still_checks_prev() {
+    // openraft 6202138f: a conflict is expected even for an empty append.
+    let mut n = follower_with(&[1, 1]);
+    n.step(msg(1, 2, 3, append(LogId::new(3, 2), vec![], 0)))
+        .unwrap();
+    let out = drive(&mut n);
+    let reject = MessageBody::AppendResponse {
+        reject: true,
+        index: Index(2),
+        hint: LogId::new(1, 2),
+    };
+    assert_eq!(out.persisted_messages, vec![msg(2, 1, 3, reject)]);
+}
+
+#[test]
+fn rejection_hint_skips_a_whole_conflicting_term() {
+    // Follower terms [1,1,1,2,2,2]; leader probes at (5, 7): the hint is the
+    // last index whose term is <= 5 at or below 7, clamped to the log: (2, 6).
+    let mut n = follower_with(&[1, 1, 1, 2, 2, 2]);
+    n.step(msg(1, 2, 5, append(LogId::new(5, 7), vec![], 0)))
+        .unwrap();
+    let reject = MessageBody::AppendResponse {
+        reject: true,
+        index: Index(7),
+        hint: LogId::new(2, 6),
+    };
+    assert_eq!(drive(&mut n).persisted_messages, vec![msg(2, 1, 5, reject)]);
+    // Probing (4, 5) against terms ..2 at 5: hint (2, 5).
+    n.step(msg(1, 2, 5, append(LogId::new(4, 5), vec![], 0)))
+        .unwrap();
+    let reject = MessageBody::AppendResponse {
+        reject: true,
+        index: Index(5),
+        hint: LogId::new(2, 5),
+    };
+    assert_eq!(drive(&mut n).persisted_messages, vec![msg(2, 1, 5, reject)]);
+}
+
+#[test]
+fn leader_backtracks_by_term_with_the_hint() {
+    // Leader log terms [1,1,1,3,3,3] (+ no-op of term 4); follower's hint
+    // (2, 6) means "my entries up to 6 have terms <= 2": the leader's last
+    // entry with term <= 2 is 3, so it probes from 4 with prev (1, 3).
+    let mut s = MemStorage::new(&[1, 2, 3]);
+    s.append(&[
+        blank(1, 1),
+        blank(1, 2),
+        blank(1, 3),
+        blank(3, 4),
+        blank(3, 5),
+        blank(3, 6),
+    ]);
+    s.hard_state = HardState {
+        term: Term(3),
+        vote: None,
+        commit: Index(0),
+    };
+    let mut n = make_leader(RawNode::new(cfg(1), s).unwrap(), &[1, 2, 3]);
+    let reject = MessageBody::AppendResponse {
+        reject: true,
+        index: Index(6),
+        hint: LogId::new(2, 6),
+    };
+    n.step(msg(2, 1, 4, reject)).unwrap();
+    let out = drive(&mut n);
+    let probe = out
+        .messages
+        .iter()
+        .find(|m| m.to == NodeId(2))
+        .expect("a new probe");
+    match &probe.body {
+        MessageBody::AppendEntries { prev, entries, .. } => {
+            assert_eq!(*prev, LogId::new(1, 3));
+            assert_eq!(entries.first().map(|e| e.log_id), Some(LogId::new(3, 4)));
+        }
+        other => panic!("expected an append, got {other:?}"),
+    }
+}
+
+#[test]
+fn leader_never_commits_an_older_term_by_counting_replicas() {
+    // §5.4.2, Figure 8: entry 2 of term 2 on a majority is not committed
+    // until an entry of the leader's own term is.
+    let mut s = MemStorage::new(&[1, 2, 3]);
+    s.append(&[blank(1, 1), blank(2, 2)]);
+    s.hard_state = HardState {
+        term: Term(2),
+        vote: None,
+        commit: Index(0),
+    };
+    let mut n = make_leader(RawNode::new(cfg(1), s).unwrap(), &[1, 2, 3]);
+    assert_eq!(n.status().term, Term(3));
+    let ack = |i| MessageBody::AppendResponse {
+        reject: false,
+        index: Index(i),
+        hint: LogId::default(),
+    };
+    n.step(msg(2, 1, 3, ack(2))).unwrap();
+    let _ = drive(&mut n);
+    assert_eq!(
+        n.status().commit,
+        Index(0),
+        "a majority holds 2, but it is of term 2"
+    );
+    n.step(msg(2, 1, 3, ack(3))).unwrap();
+    let out = drive(&mut n);
+    assert_eq!(n.status().commit, Index(3));
+    assert_eq!(out.committed.len(), 3);
+}
+
+#[test]
+fn leader_counts_its_own_entries_only_once_durable() {
+    // d-engine#329, etcd#14370: commit only against the durable index.
+    let mut n = make_leader(node(1, &[1, 2, 3]), &[1, 2, 3]);
+    let ack = |i| MessageBody::AppendResponse {
+        reject: false,
+        index: Index(i),
+        hint: LogId::default(),
+    };
+    n.step(msg(2, 1, 1, ack(1))).unwrap();
+    let _ = drive(&mut n);
+    n.propose(vec![b"x".to_vec()]).unwrap();
+    // Not yet persisted by the leader; one follower acknowledged.
+    n.step(msg(2, 1, 1, ack(2))).unwrap();
+    assert_eq!(
+        n.status().commit,
+        Index(1),
+        "1 of 3 durable copies is not a quorum... plus the leader's unsynced one"
+    );
+    let rd = n.ready();
+    assert_eq!(rd.entries.len(), 1);
+    n.reader_mut().persist(&rd);
+    n.advance(rd);
+    assert_eq!(
+        n.status().commit,
+        Index(2),
+        "committed once the leader's own write is durable"
+    );
+}
+
+#[test]
+fn proposals_are_batched_into_one_append_per_follower() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.elect(1);
+    let range = c
+        .node(1)
+        .propose((0..100u8).map(|i| vec![i]).collect())
+        .unwrap();
+    assert_eq!(range.end.0 - range.start.0, 100);
+    let out = drive(c.node(1));
+    assert_eq!(out.messages.len(), 2);
+    for m in &out.messages {
+        assert!(
+            matches!(&m.body, MessageBody::AppendEntries { entries, .. } if entries.len() == 100)
+        );
+    }
+}
+
+#[test]
+fn in_flight_appends_are_bounded_by_the_window() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.nodes.insert(
+        1,
+        RawNode::new(
+            Config {
+                max_inflight_msgs: 2,
+                ..cfg(1)
+            },
+            MemStorage::new(&[1, 2]),
+        )
+        .unwrap(),
+    );
+    c.elect(1);
+    let mut sent = Vec::new();
+    for i in 0..5u8 {
+        c.node(1).propose(vec![vec![i]]).unwrap();
+        sent.extend(drive(c.node(1)).messages);
+    }
+    assert_eq!(
+        sent.len(),
+        2,
+        "the third append waits for an acknowledgement"
+    );
+    for m in sent {
+        c.node(2).step(m).unwrap();
+    }
+    c.settle();
+    assert_eq!(c.commit(2), c.commit(1));
+    assert_eq!(c.commit(1), Index(6));
+}
+
+#[test]
+fn follower_acknowledges_only_after_persisting() {
+    let mut n = follower_with(&[1]);
+    n.step(msg(1, 2, 1, append(LogId::new(1, 1), vec![blank(1, 2)], 1)))
+        .unwrap();
+    let rd = n.ready();
+    assert!(rd.messages.is_empty());
+    assert_eq!(
+        rd.persisted_messages.len(),
+        1,
+        "the append response waits for the fsync"
+    );
+    assert!(rd.must_sync);
+    n.advance(rd);
+}
+
+#[test]
+fn stale_leader_learns_the_new_term_from_a_follower() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.elect(1);
+    c.isolate(1);
+    for _ in 0..40 {
+        c.tick_all(1);
+    }
+    let new = [2, 3]
+        .into_iter()
+        .find(|&id| c.node(id).status().role == Role::Leader)
+        .expect("a new leader");
+    c.heal();
+    c.tick_all(2);
+    assert_eq!(c.node(1).status().role, Role::Follower);
+    assert_eq!(c.node(1).status().leader, Some(NodeId(new)));
+}

@@ -1,0 +1,199 @@
+use std::sync::Arc;
+
+use wasmtime::Store;
+
+use crate::bindings::StateMachine;
+use crate::bindings::wasmraft::plugin::types as wit;
+use crate::ctx::{CallFailure, PluginCtx, classify};
+use crate::error::{EntryError, Fatal};
+use crate::overlay::Write;
+use crate::plugin::Plugin;
+use crate::view::{EmptyView, StateView};
+
+/// A committed entry to apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryInput {
+    /// Log index.
+    pub index: u64,
+    /// Term of the leader that created it.
+    pub term: u64,
+    /// The leader's clock when it accepted the command, ms since the epoch.
+    pub timestamp_ms: u64,
+    /// The command bytes.
+    pub command: Vec<u8>,
+}
+
+/// An event produced by an applied entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryEvent {
+    /// The index of the entry that produced it.
+    pub index: u64,
+    /// The key watchers match against.
+    pub key: Vec<u8>,
+    /// The plugin-defined payload.
+    pub payload: Vec<u8>,
+}
+
+/// The result of applying a batch: store `writes` together with the applied
+/// index in one atomic write, then answer clients and publish `events`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyBatch {
+    /// One outcome per entry, in order.
+    pub outcomes: Vec<Result<Vec<u8>, EntryError>>,
+    /// The net writes of the entries that succeeded, sorted by key.
+    pub writes: Vec<Write>,
+    /// Events of the entries that succeeded, in entry order.
+    pub events: Vec<EntryEvent>,
+}
+
+type WitOutcome = Result<wit::Applied, wit::ApplyError>;
+
+/// Applies committed entries through one long-lived plugin instance. Owned
+/// by the apply thread: calls are sequential.
+pub struct Applier {
+    plugin: Arc<Plugin>,
+    store: Store<PluginCtx>,
+    instance: StateMachine,
+    /// The instance trapped: its memory may be inconsistent, replace it.
+    poisoned: bool,
+}
+
+impl std::fmt::Debug for Applier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Applier").field("plugin", &self.plugin.info()).finish()
+    }
+}
+
+impl Applier {
+    /// Instantiates the plugin for applying.
+    pub fn new(plugin: Arc<Plugin>) -> Result<Self, Fatal> {
+        let (store, instance) = plugin.instantiate(false).map_err(fatal_start)?;
+        Ok(Self { plugin, store, instance, poisoned: false })
+    }
+
+    /// The plugin this applier runs.
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    /// Applies `entries` in order over `view` (the committed state).
+    ///
+    /// The batch is first offered to the plugin in one call with one entry's
+    /// fuel. If every entry succeeds within that budget, that is the answer.
+    /// Otherwise (an error, a trap, out of fuel) the batch's writes are
+    /// dropped and every entry is run alone with its own budget, replacing
+    /// the instance after each trap: each entry's outcome is then exactly
+    /// what it is when applied alone, whatever the batching.
+    pub fn apply(&mut self, view: Arc<dyn StateView>, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal> {
+        self.store.data_mut().view = view;
+        self.store.data_mut().overlay.clear();
+        let result = self.apply_with_view(entries);
+        // Release the view: it may pin a storage snapshot or lock.
+        self.store.data_mut().view = Arc::new(EmptyView);
+        result
+    }
+
+    fn apply_with_view(&mut self, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal> {
+        let inputs: Vec<wit::Entry> = entries
+            .iter()
+            .map(|e| wit::Entry {
+                index: e.index,
+                term: e.term,
+                timestamp_ms: e.timestamp_ms,
+                command: e.command.clone(),
+            })
+            .collect();
+        if inputs.len() > 1 {
+            if let Ok(results) = self.call(&inputs)? {
+                if results.len() == inputs.len() && results.iter().all(|r| r.is_ok()) {
+                    self.store.data_mut().overlay.commit_entry();
+                    let outcomes = results.into_iter().map(|r| r.map_err(to_entry_error)).collect();
+                    return Ok(self.finish(entries, outcomes));
+                }
+            }
+            self.store.data_mut().overlay.clear();
+        }
+
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        for input in inputs.chunks(1) {
+            let outcome = match self.call(input)? {
+                Ok(mut results) if results.len() == 1 => results.pop().expect("one result").map_err(to_entry_error),
+                Ok(results) => Err(EntryError::Trap(format!("plugin returned {} results for 1 entry", results.len()))),
+                Err(trap) => Err(EntryError::Trap(trap)),
+            };
+            let overlay = &mut self.store.data_mut().overlay;
+            if outcome.is_ok() { overlay.commit_entry() } else { overlay.rollback_entry() }
+            outcomes.push(outcome);
+        }
+        Ok(self.finish(entries, outcomes))
+    }
+
+    fn finish(&mut self, entries: &[EntryInput], outcomes: Vec<Result<wit::Applied, EntryError>>) -> ApplyBatch {
+        let mut events = Vec::new();
+        let outcomes = outcomes
+            .into_iter()
+            .zip(entries)
+            .map(|(outcome, entry)| {
+                outcome.map(|applied| {
+                    events.extend(applied.events.into_iter().map(|e| EntryEvent {
+                        index: entry.index,
+                        key: e.key,
+                        payload: e.payload,
+                    }));
+                    applied.response
+                })
+            })
+            .collect();
+        ApplyBatch { outcomes, writes: self.store.data_mut().overlay.take_writes(), events }
+    }
+
+    /// One `apply` call with a fresh fuel budget. `Ok(Err(trap))` is a guest
+    /// fault (the instance is replaced before the next call).
+    fn call(&mut self, entries: &[wit::Entry]) -> Result<Result<Vec<WitOutcome>, String>, Fatal> {
+        if self.poisoned {
+            let (mut store, instance) = self.plugin.instantiate(false).map_err(fatal_start)?;
+            let old = self.store.data_mut();
+            let ctx = store.data_mut();
+            ctx.view = std::mem::replace(&mut old.view, Arc::new(EmptyView));
+            ctx.overlay = std::mem::take(&mut old.overlay);
+            self.store = store;
+            self.instance = instance;
+            self.poisoned = false;
+        }
+        self.plugin.reset_fuel(&mut self.store);
+        self.store.data_mut().last_panic = None;
+        match self.instance.call_apply(&mut self.store, entries) {
+            Ok(results) => Ok(Ok(results)),
+            Err(e) => {
+                let last_panic = self.store.data_mut().last_panic.take();
+                match classify(e, last_panic) {
+                    CallFailure::Guest(m) => {
+                        self.poisoned = true;
+                        Ok(Err(m))
+                    }
+                    CallFailure::Fatal(m) => Err(Fatal(m)),
+                }
+            }
+        }
+    }
+
+    /// Fuel one entry may use.
+    pub fn fuel_per_entry(&self) -> u64 {
+        self.plugin.fuel_per_entry()
+    }
+}
+
+fn to_entry_error(e: wit::ApplyError) -> EntryError {
+    match e {
+        wit::ApplyError::Invalid(m) => EntryError::Invalid(m),
+        wit::ApplyError::Rejected(m) => EntryError::Rejected(m),
+    }
+}
+
+/// A plugin that loaded once but cannot be instantiated again is a host
+/// problem: nothing about the entry explains it.
+fn fatal_start(f: CallFailure) -> Fatal {
+    match f {
+        CallFailure::Guest(m) | CallFailure::Fatal(m) => Fatal(format!("cannot instantiate the plugin: {m}")),
+    }
+}

@@ -1,0 +1,55 @@
+/// Limits and budgets of plugin execution.
+///
+/// These are part of the replicated environment: every replica of a cluster
+/// must run with the same values (and the same wasmtime build), or a trap
+/// that happens on one replica may not happen on another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginConfig {
+    /// Fuel (roughly, wasm instructions) one entry or one query may use.
+    pub fuel_per_entry: u64,
+    /// The largest a plugin's linear memory may grow, in bytes.
+    pub memory_limit_bytes: usize,
+    /// The largest wasm stack, in bytes.
+    pub max_wasm_stack_bytes: usize,
+    /// The longest key a plugin may store.
+    pub max_key_bytes: usize,
+    /// The longest value a plugin may store.
+    pub max_value_bytes: usize,
+    /// Instances kept warm for queries.
+    pub query_instances: usize,
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        Self {
+            fuel_per_entry: 50_000_000,
+            memory_limit_bytes: 64 << 20,
+            max_wasm_stack_bytes: 512 << 10,
+            max_key_bytes: 4 << 10,
+            max_value_bytes: 1536 << 10,
+            query_instances: 4,
+        }
+    }
+}
+
+impl PluginConfig {
+    /// Checks that the values make sense together.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.fuel_per_entry == 0 {
+            return Err("fuel_per_entry must be positive".into());
+        }
+        if self.memory_limit_bytes < (1 << 16) {
+            return Err("memory_limit_bytes must be at least one wasm page (64 KiB)".into());
+        }
+        if self.max_wasm_stack_bytes < (64 << 10) || self.max_wasm_stack_bytes > (1 << 20) {
+            return Err("max_wasm_stack_bytes must be between 64 KiB and 1 MiB".into());
+        }
+        if self.max_key_bytes == 0 || self.max_value_bytes == 0 {
+            return Err("max_key_bytes and max_value_bytes must be positive".into());
+        }
+        if self.query_instances == 0 {
+            return Err("query_instances must be positive".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,220 @@
+//! The per-instance host state and the host side of the WIT imports.
+
+use std::sync::Arc;
+
+use wasmtime::ResourceLimiter;
+
+use crate::bindings::wasmraft::plugin::{log, store, types};
+use crate::overlay::Overlay;
+use crate::view::{EmptyView, StateView};
+
+/// A host-side failure raised inside an import: never a guest fault, so it
+/// must not be recorded as the entry's outcome.
+#[derive(Debug)]
+pub(crate) struct HostFatal(pub String);
+
+impl std::fmt::Display for HostFatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HostFatal {}
+
+/// A deterministic contract violation by the guest (a limit, a write during a
+/// query): it fails the entry like a trap.
+#[derive(Debug)]
+pub(crate) struct GuestFault(pub String);
+
+impl std::fmt::Display for GuestFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for GuestFault {}
+
+pub(crate) struct PluginCtx {
+    pub plugin: Arc<str>,
+    pub view: Arc<dyn StateView>,
+    pub overlay: Overlay,
+    pub read_only: bool,
+    /// The last panic message the guest logged (the SDK's panic hook), used
+    /// to explain the trap that follows.
+    pub last_panic: Option<String>,
+    pub limiter: Limiter,
+    pub max_key: usize,
+    pub max_value: usize,
+}
+
+impl PluginCtx {
+    pub fn new(plugin: Arc<str>, config: &crate::PluginConfig, read_only: bool) -> Self {
+        Self {
+            plugin,
+            view: Arc::new(EmptyView),
+            overlay: Overlay::default(),
+            read_only,
+            last_panic: None,
+            limiter: Limiter { memory_limit: config.memory_limit_bytes },
+            max_key: config.max_key_bytes,
+            max_value: config.max_value_bytes,
+        }
+    }
+
+    fn check_key(&self, key: &[u8]) -> wasmtime::Result<()> {
+        if key.len() > self.max_key {
+            return Err(GuestFault(format!("key of {} bytes exceeds the limit of {}", key.len(), self.max_key)).into());
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self, what: &str) -> wasmtime::Result<()> {
+        if self.read_only {
+            return Err(GuestFault(format!("store.{what} called during a query; queries are read-only")).into());
+        }
+        Ok(())
+    }
+}
+
+fn fatal(e: crate::view::StateError) -> wasmtime::Error {
+    HostFatal(e.0).into()
+}
+
+fn end_bound(end: &[u8]) -> Option<&[u8]> {
+    if end.is_empty() { None } else { Some(end) }
+}
+
+impl types::Host for PluginCtx {}
+
+impl store::Host for PluginCtx {
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        self.check_key(&key)?;
+        self.overlay.get(self.view.as_ref(), &key).map_err(fatal)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        self.check_writable("put")?;
+        self.check_key(&key)?;
+        if value.len() > self.max_value {
+            return Err(GuestFault(format!(
+                "value of {} bytes exceeds the limit of {}",
+                value.len(),
+                self.max_value
+            ))
+            .into());
+        }
+        self.overlay.write(key, Some(value));
+        Ok(())
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        self.check_writable("delete")?;
+        self.check_key(&key)?;
+        self.overlay.write(key, None);
+        Ok(())
+    }
+
+    fn scan(
+        &mut self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        limit: u32,
+        reverse: bool,
+    ) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.overlay
+            .scan(self.view.as_ref(), &start, end_bound(&end), limit as usize, reverse)
+            .map_err(fatal)
+    }
+
+    fn count(&mut self, start: Vec<u8>, end: Vec<u8>) -> wasmtime::Result<u64> {
+        self.overlay.count(self.view.as_ref(), &start, end_bound(&end)).map_err(fatal)
+    }
+}
+
+impl log::Host for PluginCtx {
+    fn write(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        let plugin = &*self.plugin;
+        match level {
+            log::Level::Debug => tracing::debug!(plugin, "{message}"),
+            log::Level::Info => tracing::info!(plugin, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin, "{message}"),
+            log::Level::Error => {
+                tracing::warn!(plugin, "{message}");
+                if let Some(panic) = message.strip_prefix("panic: ") {
+                    self.last_panic = Some(panic.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Caps linear memory. Growth past the cap is a deterministic fault; an
+/// operating-system failure to provide memory below the cap is not, and is
+/// fatal to the node.
+pub(crate) struct Limiter {
+    memory_limit: usize,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            return Err(GuestFault(format!("memory limit of {} bytes exceeded", self.memory_limit)).into());
+        }
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(HostFatal(format!("the host could not grow plugin memory: {error:#}")).into())
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        const MAX_TABLE_ELEMENTS: usize = 100_000;
+        if desired > MAX_TABLE_ELEMENTS {
+            return Err(GuestFault(format!("table limit of {MAX_TABLE_ELEMENTS} elements exceeded")).into());
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        100
+    }
+
+    fn tables(&self) -> usize {
+        100
+    }
+
+    fn memories(&self) -> usize {
+        10
+    }
+}
+
+/// Sorts an error out of a call into guest fault (deterministic, fails the
+/// entry) or host fatal.
+pub(crate) enum CallFailure {
+    Guest(String),
+    Fatal(String),
+}
+
+pub(crate) fn classify(error: wasmtime::Error, last_panic: Option<String>) -> CallFailure {
+    if let Some(h) = error.downcast_ref::<HostFatal>() {
+        return CallFailure::Fatal(h.0.clone());
+    }
+    if let Some(g) = error.downcast_ref::<GuestFault>() {
+        return CallFailure::Guest(g.0.clone());
+    }
+    if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
+        let what = match trap {
+            wasmtime::Trap::OutOfFuel => "out of fuel".to_string(),
+            wasmtime::Trap::StackOverflow => "wasm stack overflow".to_string(),
+            other => other.to_string(),
+        };
+        return CallFailure::Guest(match last_panic {
+            Some(p) => format!("{p} ({what})"),
+            None => what,
+        });
+    }
+    // Everything else comes from lifting the guest's results (a string that
+    // is not UTF-8, a list out of bounds): deterministic, the guest's fault.
+    CallFailure::Guest(format!("plugin broke the component ABI: {error:#}"))
+}

@@ -1,0 +1,128 @@
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use wasmtime::Store;
+use wasmtime::component::{Component, HasSelf, Linker};
+
+use crate::bindings::{StateMachine, StateMachinePre};
+use crate::ctx::{CallFailure, PluginCtx, classify};
+use crate::engine::PluginEngine;
+use crate::error::PluginError;
+
+/// What a loaded plugin says about itself, and the hash of its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// The plugin's name.
+    pub name: String,
+    /// The plugin's version.
+    pub version: String,
+    /// The `wasmraft-sdk` version it was built with (empty if none).
+    pub sdk_version: String,
+    /// SHA-256 of the bytes it was loaded from, in hex.
+    pub sha256: String,
+}
+
+/// A validated, compiled plugin, ready to instantiate. Share it with `Arc`.
+pub struct Plugin {
+    pub(crate) engine: PluginEngine,
+    pre: StateMachinePre<PluginCtx>,
+    info: PluginInfo,
+    name: Arc<str>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin").field("info", &self.info).finish()
+    }
+}
+
+const WASM_MAGIC: &[u8] = b"\0asm";
+/// The layer and version fields of a core module's preamble.
+const CORE_MODULE_VERSION: [u8; 4] = [1, 0, 0, 0];
+
+impl Plugin {
+    /// Validates and compiles a plugin.
+    ///
+    /// `bytes` may be a component, or a core module built by `wasmraft-sdk`
+    /// (or any wit-bindgen guest) for `wasm32-unknown-unknown`, which is
+    /// turned into a component here. The plugin must import nothing beyond
+    /// the `state-machine` world: unknown imports are refused by name.
+    pub fn load(engine: &PluginEngine, bytes: &[u8]) -> Result<Arc<Self>, PluginError> {
+        if bytes.len() < 8 || &bytes[..4] != WASM_MAGIC {
+            return Err(PluginError::Invalid("the bytes are not WebAssembly (no \\0asm header)".into()));
+        }
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        let component_bytes;
+        let bytes = if bytes[4..8] == CORE_MODULE_VERSION {
+            component_bytes = componentize(bytes)?;
+            &component_bytes[..]
+        } else {
+            bytes
+        };
+        let component = Component::new(&engine.engine, bytes)
+            .map_err(|e| PluginError::Invalid(format!("{e:#}")))?;
+        let mut linker = Linker::<PluginCtx>::new(&engine.engine);
+        StateMachine::add_to_linker::<PluginCtx, HasSelf<PluginCtx>>(&mut linker, |c| c)
+            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| PluginError::Incompatible(format!("{e:#}")))?;
+        let pre = StateMachinePre::new(pre).map_err(|e| PluginError::Incompatible(format!("{e:#}")))?;
+
+        let mut plugin = Plugin {
+            engine: engine.clone(),
+            pre,
+            info: PluginInfo { name: String::new(), version: String::new(), sdk_version: String::new(), sha256 },
+            name: Arc::from("plugin"),
+        };
+        let (mut store, instance) = plugin.instantiate(false).map_err(|f| match f {
+            CallFailure::Guest(m) | CallFailure::Fatal(m) => PluginError::Start(m),
+        })?;
+        plugin.reset_fuel(&mut store);
+        let info = instance.call_info(&mut store).map_err(|e| PluginError::Start(format!("info(): {e:#}")))?;
+        plugin.info.name = info.name;
+        plugin.info.version = info.version;
+        plugin.info.sdk_version = info.sdk_version;
+        plugin.name = Arc::from(plugin.info.name.as_str());
+        Ok(Arc::new(plugin))
+    }
+
+    /// Name, version, SDK version and hash.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// A fresh instance with its own store.
+    pub(crate) fn instantiate(&self, read_only: bool) -> Result<(Store<PluginCtx>, StateMachine), CallFailure> {
+        let ctx = PluginCtx::new(self.name.clone(), &self.engine.config, read_only);
+        let mut store = Store::new(&self.engine.engine, ctx);
+        store.limiter(|c| &mut c.limiter);
+        self.reset_fuel(&mut store);
+        let instance = self.pre.instantiate(&mut store).map_err(|e| classify(e, None))?;
+        Ok((store, instance))
+    }
+
+    pub(crate) fn reset_fuel(&self, store: &mut Store<PluginCtx>) {
+        store
+            .set_fuel(self.engine.config.fuel_per_entry)
+            .expect("fuel is enabled in the engine configuration");
+    }
+
+    pub(crate) fn fuel_per_entry(&self) -> u64 {
+        self.engine.config.fuel_per_entry
+    }
+}
+
+/// Wraps a core module that carries wit-bindgen's component type section
+/// into a component.
+fn componentize(module: &[u8]) -> Result<Vec<u8>, PluginError> {
+    wit_component::ComponentEncoder::default()
+        .module(module)
+        .and_then(|e| e.validate(true).encode())
+        .map_err(|e| {
+            PluginError::Invalid(format!(
+                "a core module must be built with wasmraft-sdk or wit-bindgen for the \
+                 wasmraft:plugin world, and could not be turned into a component: {e:#}"
+            ))
+        })
+}

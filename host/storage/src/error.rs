@@ -1,0 +1,26 @@
+/// A storage operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// RocksDB reported an error (I/O, a locked directory, ...).
+    #[error("rocksdb: {0}")]
+    Rocks(String),
+    /// A record failed its checksum or could not be decoded.
+    #[error("corrupt {what} record{}: {detail}", key.as_ref().map(|k| format!(" at {k}")).unwrap_or_default())]
+    Corrupt {
+        /// Which kind of record.
+        what: &'static str,
+        /// Where, if known.
+        key: Option<String>,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The data directory belongs to another node or another format.
+    #[error("incompatible data directory: {0}")]
+    Incompatible(String),
+}
+
+impl From<rocksdb::Error> for StorageError {
+    fn from(e: rocksdb::Error) -> Self {
+        StorageError::Rocks(e.into_string())
+    }
+}

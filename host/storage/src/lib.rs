@@ -1,0 +1,30 @@
+//! Durable storage of a Wasmraft node: one RocksDB instance per node.
+//!
+//! | column family | holds |
+//! | --- | --- |
+//! | `log` | Raft log entries, keyed by big-endian index |
+//! | `raft` | hard state, bootstrap membership, snapshot metadata |
+//! | `state` | the plugin's keyspace |
+//! | `meta` | the applied log id (written with the state it covers) |
+//!
+//! Every record is framed as `[format version: u8][crc32: u32 LE][body]`; a
+//! record that fails its checksum is reported as [`StorageError::Corrupt`],
+//! never silently used.
+//!
+//! Durability contract (what the node relies on):
+//! - [`Storage::append`] writes entries and hard state in one write batch and,
+//!   with `sync`, returns only after fsync: the Raft core may then count them.
+//! - [`Storage::apply`] writes the plugin's writes and the applied log id in
+//!   one atomic batch, without fsync: after a crash, recovery finds the state
+//!   exactly at some applied id and replays the (durable) log from there.
+#![deny(missing_docs)]
+
+mod codec;
+mod error;
+mod log;
+mod rocks;
+mod state;
+
+pub use error::StorageError;
+pub use rocks::{Storage, StorageOptions};
+pub use state::{StateReader, StateWrite};

@@ -1,0 +1,183 @@
+//! The Raft log: appends with fsync, truncation of a conflicting suffix, and
+//! the core's read-only [`LogReader`] view.
+
+use rocksdb::WriteBatch;
+use wasmraft_raft::{Entry, HardState, Index, LogReader, Membership, SnapshotMeta, Term};
+
+use crate::codec;
+use crate::error::StorageError;
+use crate::rocks::{CF_LOG, CF_RAFT, KEY_HARD_STATE, Storage};
+
+pub(crate) fn encode_index(i: Index) -> [u8; 8] {
+    i.0.to_be_bytes()
+}
+
+pub(crate) fn decode_index(key: &[u8]) -> Result<u64, StorageError> {
+    let bytes: [u8; 8] = key.try_into().map_err(|_| StorageError::Corrupt {
+        what: "log key",
+        key: None,
+        detail: format!("{} bytes instead of 8", key.len()),
+    })?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+fn to_raft(e: StorageError) -> wasmraft_raft::StorageError {
+    wasmraft_raft::StorageError::Other(e.to_string())
+}
+
+impl Storage {
+    /// Appends `entries` (replacing any existing suffix from the first of them
+    /// on) and saves `hard_state`, in one write batch. With `sync` and the
+    /// `sync_log` option (the default), fsyncs before returning.
+    ///
+    /// `entries` must be contiguous and start at most one past the last index.
+    pub fn append(&self, entries: &[Entry], hard_state: Option<&HardState>, sync: bool) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        let log = self.cf(CF_LOG);
+        let mut bounds = self.bounds.lock();
+        if let Some(first) = entries.first() {
+            let start = first.log_id.index;
+            assert!(
+                start.0 <= bounds.last.0 + 1 && start >= bounds.first,
+                "append at {start} leaves a gap or overwrites the snapshot (log is [{}, {}])",
+                bounds.first,
+                bounds.last
+            );
+            if start <= bounds.last {
+                // Raft only truncates from the first conflicting entry (§5.3);
+                // the core hands us exactly that suffix.
+                batch.delete_range_cf(log, encode_index(start), encode_index(bounds.last.next()));
+            }
+            for (offset, e) in entries.iter().enumerate() {
+                assert_eq!(e.log_id.index.0, start.0 + offset as u64, "appended entries must be contiguous");
+                batch.put_cf(log, encode_index(e.log_id.index), codec::encode_entry(e));
+            }
+        }
+        if let Some(hs) = hard_state {
+            batch.put_cf(self.cf(CF_RAFT), KEY_HARD_STATE, codec::encode_hard_state(hs));
+        }
+        let mut opts = self.sync_opts();
+        if !sync {
+            opts.set_sync(false);
+        }
+        self.db.write_opt(batch, &opts)?;
+        if let Some(last) = entries.last() {
+            bounds.last = last.log_id.index;
+        }
+        if let Some(hs) = hard_state {
+            *self.hard_state.lock() = *hs;
+        }
+        Ok(())
+    }
+
+    /// Entries in `[lo, hi)` straight from disk (for replay after a restart).
+    pub fn read_entries(&self, lo: Index, hi: Index) -> Result<Vec<Entry>, StorageError> {
+        let mut out = Vec::new();
+        if lo >= hi {
+            return Ok(out);
+        }
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_LOG));
+        iter.seek(encode_index(lo));
+        while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
+            let index = decode_index(k)?;
+            if index >= hi.0 {
+                break;
+            }
+            if index != lo.0 + out.len() as u64 {
+                return Err(StorageError::Corrupt {
+                    what: "log",
+                    key: Some(format!("index {index}")),
+                    detail: format!("gap: expected index {}", lo.0 + out.len() as u64),
+                });
+            }
+            out.push(codec::decode_entry(index, v)?);
+            iter.next();
+        }
+        iter.status()?;
+        Ok(out)
+    }
+
+    /// The first and last index in the log.
+    pub fn log_bounds(&self) -> (Index, Index) {
+        let b = self.bounds.lock();
+        (b.first, b.last)
+    }
+
+    fn entries_limited(&self, lo: Index, hi: Index, max_bytes: u64) -> Result<Vec<Entry>, StorageError> {
+        let mut out: Vec<Entry> = Vec::new();
+        let mut size = 0u64;
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_LOG));
+        iter.seek(encode_index(lo));
+        while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
+            let index = decode_index(k)?;
+            if index >= hi.0 {
+                break;
+            }
+            let e = codec::decode_entry(index, v)?;
+            size += e.size();
+            if !out.is_empty() && size > max_bytes {
+                break;
+            }
+            out.push(e);
+            iter.next();
+        }
+        iter.status()?;
+        Ok(out)
+    }
+}
+
+impl LogReader for Storage {
+    fn initial_state(&self) -> Result<(HardState, Membership), wasmraft_raft::StorageError> {
+        let membership = match self.snapshot_meta_stored().map_err(to_raft)? {
+            Some(meta) => meta.membership,
+            None => self.bootstrap_membership().map_err(to_raft)?,
+        };
+        Ok((self.hard_state(), membership))
+    }
+
+    fn entries(&self, lo: Index, hi: Index, max_bytes: u64) -> Result<Vec<Entry>, wasmraft_raft::StorageError> {
+        let b = *self.bounds.lock();
+        if lo < b.first {
+            return Err(wasmraft_raft::StorageError::Compacted);
+        }
+        if hi.0 > b.last.0 + 1 {
+            return Err(wasmraft_raft::StorageError::Unavailable);
+        }
+        if lo >= hi {
+            return Ok(Vec::new());
+        }
+        self.entries_limited(lo, hi, max_bytes).map_err(to_raft)
+    }
+
+    fn term(&self, index: Index) -> Result<Term, wasmraft_raft::StorageError> {
+        let b = *self.bounds.lock();
+        if index == b.before_first.index {
+            return Ok(b.before_first.term);
+        }
+        if index < b.first {
+            return Err(wasmraft_raft::StorageError::Compacted);
+        }
+        if index > b.last {
+            return Err(wasmraft_raft::StorageError::Unavailable);
+        }
+        let bytes = self
+            .db
+            .get_cf(self.cf(CF_LOG), encode_index(index))
+            .map_err(|e| to_raft(e.into()))?
+            .ok_or(wasmraft_raft::StorageError::Unavailable)?;
+        Ok(codec::decode_entry(index.0, &bytes).map_err(to_raft)?.log_id.term)
+    }
+
+    fn first_index(&self) -> Result<Index, wasmraft_raft::StorageError> {
+        Ok(self.bounds.lock().first)
+    }
+
+    fn last_index(&self) -> Result<Index, wasmraft_raft::StorageError> {
+        Ok(self.bounds.lock().last)
+    }
+
+    fn snapshot_meta(&self) -> Result<Option<SnapshotMeta>, wasmraft_raft::StorageError> {
+        self.snapshot_meta_stored().map_err(to_raft)
+    }
+}
+

@@ -1,0 +1,173 @@
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch, WriteOptions};
+use wasmraft_raft::{HardState, Index, LogId, Membership, SnapshotMeta};
+
+use crate::codec;
+use crate::error::StorageError;
+
+pub(crate) const CF_LOG: &str = "log";
+pub(crate) const CF_RAFT: &str = "raft";
+pub(crate) const CF_STATE: &str = "state";
+pub(crate) const CF_META: &str = "meta";
+
+pub(crate) const KEY_HARD_STATE: &[u8] = b"hard_state";
+pub(crate) const KEY_BOOTSTRAP: &[u8] = b"bootstrap_membership";
+pub(crate) const KEY_SNAPSHOT: &[u8] = b"snapshot_meta";
+pub(crate) const KEY_NODE_ID: &[u8] = b"node_id";
+pub(crate) const KEY_APPLIED: &[u8] = b"applied";
+
+/// How to open the store.
+#[derive(Clone, Debug)]
+pub struct StorageOptions {
+    /// Fsync log appends before they count (turn off only for benchmarks of
+    /// everything else; a node without it can lose acknowledged writes).
+    pub sync_log: bool,
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        Self { sync_log: true }
+    }
+}
+
+/// The cached bounds of the log, kept in step with every write.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    pub first: Index,
+    pub last: Index,
+    /// The log id just before `first` (the snapshot's last, or 0-0).
+    pub before_first: LogId,
+}
+
+/// A node's RocksDB instance. Thread-safe and cheap to clone (clones share
+/// the instance): the raft loop appends, the apply thread applies, queries
+/// read, all through `&self`.
+#[derive(Clone)]
+pub struct Storage {
+    pub(crate) db: Arc<DB>,
+    pub(crate) bounds: Arc<Mutex<Bounds>>,
+    pub(crate) hard_state: Arc<Mutex<HardState>>,
+    /// Held shared by readers that need one consistent view of the state
+    /// keyspace, exclusively while an applied batch is written.
+    pub(crate) state_lock: Arc<RwLock<()>>,
+    pub(crate) options: StorageOptions,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage").field("path", &self.db.path()).field("bounds", &*self.bounds.lock()).finish()
+    }
+}
+
+impl Storage {
+    /// Opens (or creates) the store in `dir` for node `node_id`. A directory
+    /// written by another node id is refused.
+    pub fn open(dir: &Path, node_id: u64, options: StorageOptions) -> Result<Self, StorageError> {
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        // Recovery after a torn tail: replay the WAL up to the last intact record
+        // rather than refusing to open.
+        db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+        let cfs = [CF_LOG, CF_RAFT, CF_STATE, CF_META].map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        let db = DB::open_cf_descriptors(&db_opts, dir, cfs)?;
+        let storage = Self {
+            db: Arc::new(db),
+            bounds: Arc::new(Mutex::new(Bounds { first: Index(1), last: Index(0), before_first: LogId::default() })),
+            hard_state: Arc::new(Mutex::new(HardState::default())),
+            state_lock: Arc::new(RwLock::new(())),
+            options,
+        };
+        storage.check_node_id(node_id)?;
+        storage.load()?;
+        Ok(storage)
+    }
+
+    fn check_node_id(&self, node_id: u64) -> Result<(), StorageError> {
+        let cf = self.cf(CF_META);
+        match self.db.get_cf(cf, KEY_NODE_ID)? {
+            Some(bytes) => {
+                let stored = codec::decode_u64("node id", &bytes)?;
+                if stored != node_id {
+                    return Err(StorageError::Incompatible(format!(
+                        "the directory belongs to node {stored}, not node {node_id}"
+                    )));
+                }
+            }
+            None => self.db.put_cf_opt(cf, KEY_NODE_ID, codec::encode_u64(node_id), &self.sync_opts())?,
+        }
+        Ok(())
+    }
+
+    fn load(&self) -> Result<(), StorageError> {
+        if let Some(bytes) = self.db.get_cf(self.cf(CF_RAFT), KEY_HARD_STATE)? {
+            *self.hard_state.lock() = codec::decode_hard_state(&bytes)?;
+        }
+        let before_first = self.snapshot_meta_stored()?.map(|m| m.last).unwrap_or_default();
+        let first = before_first.index.next();
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_LOG));
+        iter.seek_to_last();
+        let last = match iter.key() {
+            Some(k) => Index(crate::log::decode_index(k)?),
+            None => before_first.index,
+        };
+        iter.status()?;
+        *self.bounds.lock() = Bounds { first, last: last.max(before_first.index), before_first };
+        Ok(())
+    }
+
+    pub(crate) fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+        self.db.cf_handle(name).expect("column family created at open")
+    }
+
+    pub(crate) fn sync_opts(&self) -> WriteOptions {
+        let mut o = WriteOptions::default();
+        o.set_sync(self.options.sync_log);
+        o
+    }
+
+    /// Records the configuration a new cluster starts from. Only for a node
+    /// that has never been part of a cluster; a node that joins one gets its
+    /// membership from the leader.
+    pub fn bootstrap(&self, membership: &Membership) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(CF_RAFT), KEY_BOOTSTRAP, codec::encode_membership(membership));
+        self.db.write_opt(batch, &self.sync_opts())?;
+        Ok(())
+    }
+
+    /// Whether this store has ever held any Raft state.
+    pub fn is_empty(&self) -> Result<bool, StorageError> {
+        let raft = self.cf(CF_RAFT);
+        Ok(self.db.get_cf(raft, KEY_HARD_STATE)?.is_none()
+            && self.db.get_cf(raft, KEY_BOOTSTRAP)?.is_none()
+            && self.bounds.lock().last == Index(0))
+    }
+
+    pub(crate) fn bootstrap_membership(&self) -> Result<Membership, StorageError> {
+        match self.db.get_cf(self.cf(CF_RAFT), KEY_BOOTSTRAP)? {
+            Some(bytes) => codec::decode_membership(&bytes),
+            None => Ok(Membership::default()),
+        }
+    }
+
+    pub(crate) fn snapshot_meta_stored(&self) -> Result<Option<SnapshotMeta>, StorageError> {
+        match self.db.get_cf(self.cf(CF_RAFT), KEY_SNAPSHOT)? {
+            Some(bytes) => codec::decode_snapshot_meta(&bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The persisted hard state.
+    pub fn hard_state(&self) -> HardState {
+        *self.hard_state.lock()
+    }
+
+    /// The path of the RocksDB directory.
+    pub fn path(&self) -> &Path {
+        self.db.path()
+    }
+}

@@ -1,0 +1,122 @@
+//! The plugin keyspace (`state`) and the applied log id (`meta`).
+
+use std::sync::Arc;
+
+use parking_lot::RawRwLock;
+use parking_lot::lock_api::ArcRwLockReadGuard;
+use rocksdb::{DB, Direction, IteratorMode, WriteBatch, WriteOptions};
+use wasmraft_raft::LogId;
+
+use crate::codec;
+use crate::error::StorageError;
+use crate::rocks::{CF_META, CF_STATE, KEY_APPLIED, Storage};
+
+/// One write to the plugin keyspace: `value` `None` deletes.
+#[derive(Clone, Copy, Debug)]
+pub struct StateWrite<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// The new value, or `None` to delete.
+    pub value: Option<&'a [u8]>,
+}
+
+impl Storage {
+    /// Writes an applied batch: the plugin's writes and the log id of the
+    /// last entry they cover, atomically (not fsynced: the log is durable and
+    /// is replayed from the applied id after a crash).
+    pub fn apply<'a>(
+        &self,
+        applied: LogId,
+        writes: impl IntoIterator<Item = StateWrite<'a>>,
+    ) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        let state = self.cf(CF_STATE);
+        for w in writes {
+            match w.value {
+                Some(v) => batch.put_cf(state, w.key, v),
+                None => batch.delete_cf(state, w.key),
+            }
+        }
+        batch.put_cf(self.cf(CF_META), KEY_APPLIED, codec::encode_log_id(&applied));
+        let _exclusive = self.state_lock.write();
+        self.db.write_opt(batch, &WriteOptions::default())?;
+        Ok(())
+    }
+
+    /// The log id of the last applied entry (0-0 if none).
+    pub fn applied(&self) -> Result<LogId, StorageError> {
+        match self.db.get_cf(self.cf(CF_META), KEY_APPLIED)? {
+            Some(bytes) => codec::decode_log_id("applied log id", &bytes),
+            None => Ok(LogId::default()),
+        }
+    }
+
+    /// A reader of the state keyspace that sees one applied batch throughout:
+    /// it holds a shared lock, so the apply thread waits to write until it is
+    /// dropped. Keep it short-lived.
+    pub fn consistent_reader(&self) -> StateReader {
+        StateReader { db: self.db.clone(), _guard: Some(self.state_lock.read_arc()) }
+    }
+
+    /// A reader for the apply thread itself, the only writer: no lock needed.
+    pub fn apply_reader(&self) -> StateReader {
+        StateReader { db: self.db.clone(), _guard: None }
+    }
+}
+
+/// Reads the plugin keyspace.
+pub struct StateReader {
+    db: Arc<DB>,
+    _guard: Option<ArcRwLockReadGuard<RawRwLock, ()>>,
+}
+
+impl std::fmt::Debug for StateReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateReader").field("locked", &self._guard.is_some()).finish()
+    }
+}
+
+impl StateReader {
+    fn cf(&self) -> &rocksdb::ColumnFamily {
+        self.db.cf_handle(CF_STATE).expect("column family created at open")
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.db.get_cf(self.cf(), key)?)
+    }
+
+    /// Visits pairs with `start <= key < end` (`None`: unbounded) in key
+    /// order, descending if `reverse`, until `visit` returns `false`.
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StorageError> {
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_iterate_lower_bound(start.to_vec());
+        if let Some(end) = end {
+            opts.set_iterate_upper_bound(end.to_vec());
+        }
+        let mode = if reverse { IteratorMode::End } else { IteratorMode::From(start, Direction::Forward) };
+        for item in self.db.iterator_cf_opt(self.cf(), opts, mode) {
+            let (k, v) = item?;
+            if !visit(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every pair of the keyspace, in key order (for hashing and tests).
+    pub fn dump(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StorageError> {
+        let mut out = Vec::new();
+        self.scan(&[], None, false, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            true
+        })?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,126 @@
+//! The RocksDB store: appends, truncation, recovery after reopening,
+//! atomic applied batches, and refusal of foreign or corrupt data.
+
+use wasmraft_raft::{Entry, EntryPayload, HardState, Index, LogId, LogReader, Membership, NodeId, Term};
+use wasmraft_storage::{StateWrite, Storage, StorageError, StorageOptions};
+
+fn entry(term: u64, index: u64, data: &str) -> Entry {
+    Entry { log_id: LogId::new(term, index), payload: EntryPayload::Normal(data.as_bytes().to_vec()) }
+}
+
+fn open(dir: &std::path::Path) -> Storage {
+    Storage::open(dir, 1, StorageOptions::default()).unwrap()
+}
+
+#[test]
+fn appended_entries_and_hard_state_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let hs = HardState { term: Term(2), vote: Some(NodeId(1)), commit: Index(2) };
+    {
+        let s = open(dir.path());
+        assert!(s.is_empty().unwrap());
+        s.bootstrap(&Membership::new([NodeId(1)])).unwrap();
+        s.append(&[entry(1, 1, "a"), entry(2, 2, "b"), entry(2, 3, "c")], Some(&hs), true).unwrap();
+    }
+    let s = open(dir.path());
+    assert!(!s.is_empty().unwrap());
+    assert_eq!(s.hard_state(), hs);
+    assert_eq!(s.log_bounds(), (Index(1), Index(3)));
+    assert_eq!(s.term(Index(2)).unwrap(), Term(2));
+    assert_eq!(s.entries(Index(1), Index(4), u64::MAX).unwrap().len(), 3);
+    let (_, membership) = s.initial_state().unwrap();
+    assert_eq!(membership, Membership::new([NodeId(1)]));
+}
+
+#[test]
+fn appending_over_a_suffix_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    s.append(&[entry(1, 1, "a"), entry(1, 2, "b"), entry(1, 3, "c"), entry(1, 4, "d")], None, true).unwrap();
+    s.append(&[entry(2, 3, "x")], None, true).unwrap();
+    assert_eq!(s.log_bounds().1, Index(3));
+    let all = s.read_entries(Index(1), Index(10)).unwrap();
+    assert_eq!(all, vec![entry(1, 1, "a"), entry(1, 2, "b"), entry(2, 3, "x")]);
+    assert_eq!(s.term(Index(4)), Err(wasmraft_raft::StorageError::Unavailable));
+}
+
+#[test]
+fn entries_respect_the_byte_limit_but_return_at_least_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let big = "x".repeat(1000);
+    s.append(&[entry(1, 1, &big), entry(1, 2, &big), entry(1, 3, &big)], None, true).unwrap();
+    assert_eq!(s.entries(Index(1), Index(4), 1).unwrap().len(), 1);
+    assert_eq!(s.entries(Index(1), Index(4), 2100).unwrap().len(), 2);
+}
+
+#[test]
+fn applied_state_and_applied_id_are_written_together() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        assert_eq!(s.applied().unwrap(), LogId::default());
+        s.apply(LogId::new(1, 5), [StateWrite { key: b"k", value: Some(b"v") }, StateWrite { key: b"gone", value: None }])
+            .unwrap();
+        s.apply(LogId::new(1, 6), [StateWrite { key: b"k2", value: Some(b"v2") }]).unwrap();
+        s.apply(LogId::new(1, 7), [StateWrite { key: b"k", value: None }]).unwrap();
+    }
+    let s = open(dir.path());
+    assert_eq!(s.applied().unwrap(), LogId::new(1, 7));
+    let r = s.consistent_reader();
+    assert_eq!(r.get(b"k").unwrap(), None);
+    assert_eq!(r.dump().unwrap(), vec![(b"k2".to_vec(), b"v2".to_vec())]);
+}
+
+#[test]
+fn scans_respect_bounds_and_direction() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let keys = ["a", "b", "c", "d"];
+    s.apply(LogId::new(1, 1), keys.iter().map(|k| StateWrite { key: k.as_bytes(), value: Some(b"1") })).unwrap();
+    let r = s.apply_reader();
+    let mut seen = Vec::new();
+    r.scan(b"b", Some(b"d"), false, &mut |k, _| {
+        seen.push(String::from_utf8(k.to_vec()).unwrap());
+        true
+    })
+    .unwrap();
+    assert_eq!(seen, ["b", "c"]);
+    seen.clear();
+    r.scan(b"b", None, true, &mut |k, _| {
+        seen.push(String::from_utf8(k.to_vec()).unwrap());
+        seen.len() < 2
+    })
+    .unwrap();
+    assert_eq!(seen, ["d", "c"]);
+}
+
+#[test]
+fn a_directory_of_another_node_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    let err = Storage::open(dir.path(), 2, StorageOptions::default()).unwrap_err();
+    assert!(matches!(err, StorageError::Incompatible(ref m) if m.contains("node 1, not node 2")), "{err}");
+}
+
+#[test]
+fn a_corrupt_log_record_is_reported_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        s.append(&[entry(1, 1, "a"), entry(1, 2, "b")], None, true).unwrap();
+    }
+    {
+        // Damage entry 2 behind the store's back.
+        let cfs = ["log", "raft", "state", "meta"];
+        let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), dir.path(), cfs).unwrap();
+        let log = db.cf_handle("log").unwrap();
+        let mut bytes = db.get_cf(log, 2u64.to_be_bytes()).unwrap().unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        db.put_cf(log, 2u64.to_be_bytes(), bytes).unwrap();
+    }
+    let s = open(dir.path());
+    let err = s.read_entries(Index(1), Index(3)).unwrap_err();
+    assert!(err.to_string().contains("corrupt log entry record at index 2: checksum mismatch"), "{err}");
+}

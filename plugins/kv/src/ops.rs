@@ -1,0 +1,170 @@
+//! Range, Put and DeleteRange with etcd's semantics.
+
+use prost::Message;
+use wasmraft_sdk::events;
+
+use crate::KvError;
+use crate::keyspace::{self, Revision};
+use crate::pb::etcdserverpb::{
+    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    ResponseHeader, range_request::SortOrder, range_request::SortTarget, request_op::Request,
+    response_op::Response,
+};
+use crate::pb::mvccpb::{Event, KeyValue, event::EventType};
+
+/// Runs one request against the store.
+pub(crate) fn execute(request: &Request, rev: &mut Revision) -> Result<Response, KvError> {
+    Ok(match request {
+        Request::RequestRange(r) => Response::ResponseRange(range(r, rev)?),
+        Request::RequestPut(r) => Response::ResponsePut(put(r, rev)?),
+        Request::RequestDeleteRange(r) => Response::ResponseDeleteRange(delete_range(r, rev)?),
+        Request::RequestTxn(r) => Response::ResponseTxn(crate::txn::txn(r, rev)?),
+    })
+}
+
+/// Whether a request only reads, in every branch.
+pub(crate) fn is_read_only(request: &Request) -> bool {
+    match request {
+        Request::RequestRange(_) => true,
+        Request::RequestPut(_) | Request::RequestDeleteRange(_) => false,
+        Request::RequestTxn(t) => t
+            .success
+            .iter()
+            .chain(&t.failure)
+            .all(|op| op.request.as_ref().is_none_or(is_read_only)),
+    }
+}
+
+pub(crate) fn header(rev: &Revision) -> Option<ResponseHeader> {
+    Some(ResponseHeader { revision: rev.current(), ..Default::default() })
+}
+
+const ERR_EMPTY_KEY: &str = "etcdserver: key is not provided";
+
+pub(crate) fn range(r: &RangeRequest, rev: &Revision) -> Result<RangeResponse, KvError> {
+    if r.key.is_empty() {
+        return Err(KvError::Invalid(ERR_EMPTY_KEY));
+    }
+    // Only the newest revision is kept: every older one counts as compacted.
+    if r.revision > 0 && r.revision < rev.base {
+        return Err(KvError::Rejected("etcdserver: mvcc: required revision has been compacted"));
+    }
+    if r.revision > rev.current() {
+        return Err(KvError::Rejected("etcdserver: mvcc: required revision is a future revision"));
+    }
+    let count = keyspace::count(&r.key, &r.range_end);
+    let mut resp = RangeResponse { header: header(rev), count, ..Default::default() };
+    if r.count_only {
+        return Ok(resp);
+    }
+
+    let target = SortTarget::try_from(r.sort_target).unwrap_or(SortTarget::Key);
+    let mut order = SortOrder::try_from(r.sort_order).unwrap_or(SortOrder::None);
+    if order == SortOrder::None && target != SortTarget::Key {
+        order = SortOrder::Ascend; // etcd's rule: a sort target implies ascending
+    }
+    let filtered = r.min_mod_revision != 0
+        || r.max_mod_revision != 0
+        || r.min_create_revision != 0
+        || r.max_create_revision != 0;
+    let limit = u32::try_from(r.limit.max(0)).unwrap_or(u32::MAX);
+
+    let mut kvs = if target == SortTarget::Key && !filtered {
+        // The store already orders by key: let it apply the limit, asking for
+        // one more to learn whether there is more.
+        let fetch = if limit == 0 { 0 } else { limit.saturating_add(1) };
+        keyspace::range(&r.key, &r.range_end, fetch, order == SortOrder::Descend)
+    } else {
+        let mut all = keyspace::range(&r.key, &r.range_end, 0, false);
+        all.retain(|kv| passes_filters(r, kv));
+        sort(&mut all, target, order);
+        all
+    };
+    if limit > 0 && kvs.len() > limit as usize {
+        kvs.truncate(limit as usize);
+        resp.more = true;
+    }
+    if r.keys_only {
+        kvs.iter_mut().for_each(|kv| kv.value.clear());
+    }
+    resp.kvs = kvs;
+    Ok(resp)
+}
+
+fn passes_filters(r: &RangeRequest, kv: &KeyValue) -> bool {
+    let bound = |min: i64, max: i64, v: i64| (min == 0 || v >= min) && (max == 0 || v <= max);
+    bound(r.min_mod_revision, r.max_mod_revision, kv.mod_revision)
+        && bound(r.min_create_revision, r.max_create_revision, kv.create_revision)
+}
+
+fn sort(kvs: &mut [KeyValue], target: SortTarget, order: SortOrder) {
+    match target {
+        SortTarget::Key => {} // already in key order
+        SortTarget::Version => kvs.sort_by_key(|kv| kv.version),
+        SortTarget::Create => kvs.sort_by_key(|kv| kv.create_revision),
+        SortTarget::Mod => kvs.sort_by_key(|kv| kv.mod_revision),
+        SortTarget::Value => kvs.sort_by(|a, b| a.value.cmp(&b.value)),
+    }
+    if order == SortOrder::Descend {
+        kvs.reverse();
+    }
+}
+
+pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvError> {
+    if r.key.is_empty() {
+        return Err(KvError::Invalid(ERR_EMPTY_KEY));
+    }
+    if r.lease != 0 {
+        return Err(KvError::Rejected("etcdserver: requested lease not found"));
+    }
+    let prev = keyspace::get(&r.key);
+    let value = if r.ignore_value {
+        match &prev {
+            Some(p) => p.value.clone(),
+            None => return Err(KvError::Rejected("etcdserver: key not found")),
+        }
+    } else {
+        r.value.clone()
+    };
+    let revision = rev.write();
+    let kv = KeyValue {
+        key: r.key.clone(),
+        create_revision: prev.as_ref().map_or(revision, |p| p.create_revision),
+        mod_revision: revision,
+        version: prev.as_ref().map_or(1, |p| p.version + 1),
+        value,
+        lease: 0,
+    };
+    keyspace::put(&kv);
+    emit(EventType::Put, kv, prev.clone());
+    Ok(PutResponse { header: header(rev), prev_kv: if r.prev_kv { prev } else { None } })
+}
+
+pub(crate) fn delete_range(
+    r: &DeleteRangeRequest,
+    rev: &mut Revision,
+) -> Result<DeleteRangeResponse, KvError> {
+    if r.key.is_empty() {
+        return Err(KvError::Invalid(ERR_EMPTY_KEY));
+    }
+    let doomed = keyspace::range(&r.key, &r.range_end, 0, false);
+    if !doomed.is_empty() {
+        let revision = rev.write();
+        for kv in &doomed {
+            keyspace::delete(&kv.key);
+            let tombstone = KeyValue { key: kv.key.clone(), mod_revision: revision, ..Default::default() };
+            emit(EventType::Delete, tombstone, Some(kv.clone()));
+        }
+    }
+    Ok(DeleteRangeResponse {
+        header: header(rev),
+        deleted: doomed.len() as i64,
+        prev_kvs: if r.prev_kv { doomed } else { Vec::new() },
+    })
+}
+
+fn emit(kind: EventType, kv: KeyValue, prev_kv: Option<KeyValue>) {
+    let key = kv.key.clone();
+    let event = Event { r#type: kind as i32, kv: Some(kv), prev_kv };
+    events::emit(&key, &event.encode_to_vec());
+}

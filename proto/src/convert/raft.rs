@@ -1,0 +1,181 @@
+//! Raft core messages <-> `wasmraft.v1` peer messages.
+
+use std::collections::BTreeSet;
+
+use wasmraft_raft as raft;
+
+use crate::v1;
+use crate::v1::entry::Payload;
+use crate::v1::raft_message::Body;
+
+/// A peer sent a message that does not decode into a core message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed raft message: {0}")]
+pub struct Malformed(pub &'static str);
+
+fn log_id(id: raft::LogId) -> v1::LogId {
+    v1::LogId { term: id.term.0, index: id.index.0 }
+}
+
+fn from_log_id(id: Option<v1::LogId>) -> Result<raft::LogId, Malformed> {
+    let id = id.ok_or(Malformed("missing log id"))?;
+    Ok(raft::LogId::new(id.term, id.index))
+}
+
+fn ids(set: &BTreeSet<raft::NodeId>) -> Vec<u64> {
+    set.iter().map(|n| n.0).collect()
+}
+
+fn from_ids(v: Vec<u64>) -> BTreeSet<raft::NodeId> {
+    v.into_iter().map(raft::NodeId).collect()
+}
+
+/// Membership to wire.
+pub fn membership(m: &raft::Membership) -> v1::Membership {
+    v1::Membership { voters: ids(&m.voters), voters_outgoing: ids(&m.voters_outgoing), learners: ids(&m.learners) }
+}
+
+/// Membership from wire.
+pub fn from_membership(m: v1::Membership) -> raft::Membership {
+    raft::Membership {
+        voters: from_ids(m.voters),
+        voters_outgoing: from_ids(m.voters_outgoing),
+        learners: from_ids(m.learners),
+    }
+}
+
+/// Snapshot metadata to wire.
+pub fn snapshot_meta(m: &raft::SnapshotMeta) -> v1::SnapshotMeta {
+    v1::SnapshotMeta { last: Some(log_id(m.last)), membership: Some(membership(&m.membership)) }
+}
+
+/// Snapshot metadata from wire.
+pub fn from_snapshot_meta(m: Option<v1::SnapshotMeta>) -> Result<raft::SnapshotMeta, Malformed> {
+    let m = m.ok_or(Malformed("missing snapshot metadata"))?;
+    Ok(raft::SnapshotMeta {
+        last: from_log_id(m.last)?,
+        membership: from_membership(m.membership.ok_or(Malformed("missing membership"))?),
+    })
+}
+
+fn entry(e: raft::Entry) -> v1::Entry {
+    let payload = match e.payload {
+        raft::EntryPayload::Blank => Payload::Blank(v1::Blank {}),
+        raft::EntryPayload::Normal(d) => Payload::Normal(d),
+        raft::EntryPayload::Membership(m) => Payload::Membership(membership(&m)),
+    };
+    v1::Entry { log_id: Some(log_id(e.log_id)), payload: Some(payload) }
+}
+
+fn from_entry(e: v1::Entry) -> Result<raft::Entry, Malformed> {
+    let payload = match e.payload.ok_or(Malformed("entry without payload"))? {
+        Payload::Blank(_) => raft::EntryPayload::Blank,
+        Payload::Normal(d) => raft::EntryPayload::Normal(d),
+        Payload::Membership(m) => raft::EntryPayload::Membership(from_membership(m)),
+    };
+    Ok(raft::Entry { log_id: from_log_id(e.log_id)?, payload })
+}
+
+/// A core message to wire.
+pub fn message(m: raft::Message) -> v1::RaftMessage {
+    use raft::MessageBody as B;
+    let body = match m.body {
+        B::AppendEntries { prev, entries, commit } => Body::AppendEntries(v1::AppendEntries {
+            prev: Some(log_id(prev)),
+            entries: entries.into_iter().map(entry).collect(),
+            commit: commit.0,
+        }),
+        B::AppendResponse { reject, index, hint } => {
+            Body::AppendResponse(v1::AppendResponse { reject, index: index.0, hint: Some(log_id(hint)) })
+        }
+        B::RequestVote { pre_vote, last, transfer } => {
+            Body::RequestVote(v1::RequestVote { pre_vote, last: Some(log_id(last)), transfer })
+        }
+        B::VoteResponse { pre_vote, reject } => Body::VoteResponse(v1::VoteResponse { pre_vote, reject }),
+        B::Heartbeat { commit, token } => Body::Heartbeat(v1::Heartbeat { commit: commit.0, token }),
+        B::HeartbeatResponse { token } => Body::HeartbeatResponse(v1::HeartbeatResponse { token }),
+        B::InstallSnapshot { meta } => {
+            Body::InstallSnapshot(v1::InstallSnapshotMessage { meta: Some(snapshot_meta(&meta)) })
+        }
+        B::TimeoutNow => Body::TimeoutNow(v1::TimeoutNow {}),
+        B::ReadIndex { id } => Body::ReadIndex(v1::ReadIndex { id: id.0 }),
+        B::ReadIndexResponse { id, index } => {
+            Body::ReadIndexResponse(v1::ReadIndexResponse { id: id.0, index: index.0 })
+        }
+    };
+    v1::RaftMessage { from: m.from.0, to: m.to.0, term: m.term.0, body: Some(body) }
+}
+
+/// A wire message to core.
+pub fn from_message(m: v1::RaftMessage) -> Result<raft::Message, Malformed> {
+    use raft::MessageBody as B;
+    let body = match m.body.ok_or(Malformed("message without body"))? {
+        Body::AppendEntries(a) => B::AppendEntries {
+            prev: from_log_id(a.prev)?,
+            entries: a.entries.into_iter().map(from_entry).collect::<Result<_, _>>()?,
+            commit: raft::Index(a.commit),
+        },
+        Body::AppendResponse(r) => {
+            B::AppendResponse { reject: r.reject, index: raft::Index(r.index), hint: from_log_id(r.hint)? }
+        }
+        Body::RequestVote(v) => B::RequestVote { pre_vote: v.pre_vote, last: from_log_id(v.last)?, transfer: v.transfer },
+        Body::VoteResponse(v) => B::VoteResponse { pre_vote: v.pre_vote, reject: v.reject },
+        Body::Heartbeat(h) => B::Heartbeat { commit: raft::Index(h.commit), token: h.token },
+        Body::HeartbeatResponse(h) => B::HeartbeatResponse { token: h.token },
+        Body::InstallSnapshot(s) => B::InstallSnapshot { meta: from_snapshot_meta(s.meta)? },
+        Body::TimeoutNow(_) => B::TimeoutNow,
+        Body::ReadIndex(r) => B::ReadIndex { id: raft::ReadId(r.id) },
+        Body::ReadIndexResponse(r) => B::ReadIndexResponse { id: raft::ReadId(r.id), index: raft::Index(r.index) },
+    };
+    if m.from == 0 || m.to == 0 {
+        return Err(Malformed("node id 0"));
+    }
+    Ok(raft::Message { from: raft::NodeId(m.from), to: raft::NodeId(m.to), term: raft::Term(m.term), body })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::{Entry, EntryPayload, Index, LogId, Membership, Message, MessageBody, NodeId, ReadId, SnapshotMeta, Term};
+
+    fn round_trip(body: MessageBody) {
+        let m = Message { from: NodeId(1), to: NodeId(2), term: Term(3), body };
+        assert_eq!(from_message(message(m.clone())).unwrap(), m);
+    }
+
+    #[test]
+    fn every_message_kind_round_trips() {
+        let entries = vec![
+            Entry { log_id: LogId::new(3, 5), payload: EntryPayload::Blank },
+            Entry { log_id: LogId::new(3, 6), payload: EntryPayload::Normal(b"x".to_vec()) },
+            Entry {
+                log_id: LogId::new(3, 7),
+                payload: EntryPayload::Membership(Membership::new([NodeId(1), NodeId(2)])),
+            },
+        ];
+        round_trip(MessageBody::AppendEntries { prev: LogId::new(2, 4), entries, commit: Index(4) });
+        round_trip(MessageBody::AppendResponse { reject: true, index: Index(9), hint: LogId::new(1, 3) });
+        round_trip(MessageBody::RequestVote { pre_vote: true, last: LogId::new(2, 8), transfer: false });
+        round_trip(MessageBody::VoteResponse { pre_vote: false, reject: true });
+        round_trip(MessageBody::Heartbeat { commit: Index(7), token: 42 });
+        round_trip(MessageBody::HeartbeatResponse { token: 42 });
+        round_trip(MessageBody::InstallSnapshot {
+            meta: SnapshotMeta { last: LogId::new(2, 100), membership: Membership::new([NodeId(1)]) },
+        });
+        round_trip(MessageBody::TimeoutNow);
+        round_trip(MessageBody::ReadIndex { id: ReadId(5) });
+        round_trip(MessageBody::ReadIndexResponse { id: ReadId(5), index: Index(9) });
+    }
+
+    #[test]
+    fn malformed_messages_are_refused() {
+        assert!(from_message(v1::RaftMessage { from: 1, to: 2, term: 1, body: None }).is_err());
+        let no_prev = v1::RaftMessage {
+            from: 1,
+            to: 2,
+            term: 1,
+            body: Some(Body::AppendEntries(v1::AppendEntries { prev: None, entries: vec![], commit: 0 })),
+        };
+        assert_eq!(from_message(no_prev).unwrap_err(), Malformed("missing log id"));
+    }
+}

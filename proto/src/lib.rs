@@ -1,0 +1,29 @@
+//! Wire types of Wasmraft: the `wasmraft.v1` client API and the subset of
+//! etcd's v3 API (`etcdserverpb`, `mvccpb`) the KV plugin speaks, generated
+//! from the `.proto` files in this crate.
+#![allow(clippy::all)]
+
+pub mod convert;
+
+/// `wasmraft.v1`: the client API for any plugin, and the peer protocol.
+#[allow(missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("wasmraft.v1");
+}
+
+/// etcd's v3 RPC messages (wire-compatible subset).
+#[allow(missing_docs)]
+pub mod etcdserverpb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+/// etcd's key-value and event messages.
+#[allow(missing_docs)]
+pub mod mvccpb {
+    tonic::include_proto!("mvccpb");
+}
+
+/// The `wasmraft-error` metadata key of error statuses.
+pub const ERROR_KEY: &str = "wasmraft-error";
+/// The `wasmraft-leader-id` metadata key of not-leader errors.
+pub const LEADER_KEY: &str = "wasmraft-leader-id";

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what building and testing Wasmraft needs on Debian/Ubuntu, if it
+# is missing: libclang (RocksDB's bindings), protoc (gRPC code), and a Rust
+# toolchain for wasm32-unknown-unknown (the plugins). Safe to run again.
+#
+# Prints `export` lines for the guest toolchain on stdout; `scripts/test.sh`
+# evaluates them. Everything else goes to stderr.
+set -euo pipefail
+
+say() { echo "setup: $*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else
+    say "need root to run: $*"
+    say "install these packages yourself, then run again."
+    exit 1
+  fi
+}
+
+APT_UPDATED=0
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "missing packages: $* (no apt-get here: install them with your package manager)"
+    exit 1
+  fi
+  if [ "$APT_UPDATED" = 0 ]; then
+    as_root apt-get update -qq >&2
+    APT_UPDATED=1
+  fi
+  say "installing $*"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+# 1. System packages for the host build.
+need=()
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
+
+# 2. The wasm32 target for plugins: rustup's if it can be had, else
+#    Debian's rustc-web, which compiles the standard library itself.
+if command -v rustup >/dev/null 2>&1 && { rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
+     || rustup target add wasm32-unknown-unknown >&2; }; then
+  say "guest toolchain: rustup stable, wasm32-unknown-unknown"
+  echo "unset WASMRAFT_GUEST_CARGO WASMRAFT_GUEST_CARGO_ARGS"
+else
+  say "rustup cannot provide wasm32-unknown-unknown; using Debian's rustc-web instead"
+  [ -x /usr/bin/cargo ] && [ -d /usr/lib/rustlib/src ] || apt_install rustc-web cargo-web rust-web-src lld-22
+  echo "export WASMRAFT_GUEST_CARGO=/usr/bin/cargo"
+  echo "export WASMRAFT_GUEST_CARGO_ARGS='-Zbuild-std=std,panic_abort'"
+fi

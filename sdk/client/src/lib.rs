@@ -1,0 +1,176 @@
+//! `wasmraft-client`: a Rust client of the `wasmraft.v1` API.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), wasmraft_client::ClientError> {
+//! use wasmraft_client::{Client, Consistency};
+//! let mut client = Client::new(["127.0.0.1:7379"])?;
+//! let reply = client.propose(b"command".to_vec()).await?;
+//! let state = client.query(b"request".to_vec(), Consistency::Linearizable).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The client tries its endpoints in order and remembers the one that
+//! answered. It moves on to the next endpoint only when a request certainly
+//! did not apply (the connection failed, or the node answered "not the
+//! leader"), so a proposal is never sent twice by the client itself.
+#![deny(missing_docs)]
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use wasmraft_proto::v1::client_client::ClientClient;
+use wasmraft_proto::v1::{ProposeRequest, QueryRequest, StatusRequest};
+pub use wasmraft_proto::v1::{Consistency, ProposeResponse, StatusResponse};
+use wasmraft_proto::{ERROR_KEY, LEADER_KEY};
+
+/// A request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No endpoint was given.
+    #[error("no endpoints given")]
+    NoEndpoints,
+    /// An endpoint is not a valid address.
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// No endpoint could be reached.
+    #[error("cannot reach any endpoint ({endpoints}): {last}")]
+    Unreachable {
+        /// The endpoints tried.
+        endpoints: String,
+        /// The last connection error.
+        last: String,
+    },
+    /// The node answered with an error.
+    #[error("{}", .0.message())]
+    Status(tonic::Status),
+}
+
+impl ClientError {
+    /// The `wasmraft-error` reason of a node's error (`not-leader`,
+    /// `invalid`, `rejected`, `plugin-trap`, ...), if any.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ClientError::Status(s) => s.metadata().get(ERROR_KEY).and_then(|v| v.to_str().ok()),
+            _ => None,
+        }
+    }
+}
+
+/// A client of one cluster.
+#[derive(Debug, Clone)]
+pub struct Client {
+    endpoints: Vec<Endpoint>,
+    names: Vec<String>,
+    channels: Vec<Option<ClientClient<Channel>>>,
+    current: usize,
+}
+
+impl Client {
+    /// A client of the cluster reachable at `endpoints` (`host:port` or
+    /// `http://host:port`). Connections are made on first use.
+    pub fn new<S: AsRef<str>>(endpoints: impl IntoIterator<Item = S>) -> Result<Self, ClientError> {
+        let mut parsed = Vec::new();
+        let mut names = Vec::new();
+        for e in endpoints {
+            let e = e.as_ref().trim();
+            if e.is_empty() {
+                continue;
+            }
+            let uri = if e.contains("://") { e.to_string() } else { format!("http://{e}") };
+            let endpoint = Endpoint::from_shared(uri)
+                .map_err(|err| ClientError::InvalidEndpoint { endpoint: e.to_string(), reason: err.to_string() })?
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true);
+            parsed.push(endpoint);
+            names.push(e.to_string());
+        }
+        if parsed.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        let channels = vec![None; parsed.len()];
+        Ok(Self { endpoints: parsed, names, channels, current: 0 })
+    }
+
+    async fn channel(&mut self, i: usize) -> Result<ClientClient<Channel>, String> {
+        if let Some(c) = &self.channels[i] {
+            return Ok(c.clone());
+        }
+        let channel = self.endpoints[i].connect().await.map_err(|e| format!("{}: {e}", self.names[i]))?;
+        let client = ClientClient::new(channel).max_decoding_message_size(64 << 20);
+        self.channels[i] = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Runs `call` against the current endpoint, moving on while the
+    /// request certainly did not take effect.
+    async fn call<T, F, Fut>(&mut self, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(ClientClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let n = self.endpoints.len();
+        let mut last = String::new();
+        for attempt in 0..n {
+            let i = (self.current + attempt) % n;
+            let client = match self.channel(i).await {
+                Ok(c) => c,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            match call(client).await {
+                Ok(r) => {
+                    self.current = i;
+                    return Ok(r.into_inner());
+                }
+                Err(status) => {
+                    let not_leader = status.metadata().get(ERROR_KEY).is_some_and(|v| v == "not-leader");
+                    if let Some(leader) = status.metadata().get(LEADER_KEY) {
+                        tracing::debug!(endpoint = %self.names[i], leader = ?leader, "not the leader");
+                    }
+                    if not_leader && attempt + 1 < n {
+                        continue;
+                    }
+                    if status.code() == tonic::Code::Unavailable && status.metadata().get(ERROR_KEY).is_none() {
+                        // A transport failure before the request reached a node.
+                        self.channels[i] = None;
+                        last = format!("{}: {}", self.names[i], status.message());
+                        continue;
+                    }
+                    return Err(ClientError::Status(status));
+                }
+            }
+        }
+        Err(ClientError::Unreachable { endpoints: self.names.join(","), last })
+    }
+
+    /// Proposes a command; returns the plugin's response once it applied.
+    pub async fn propose(&mut self, command: Vec<u8>) -> Result<ProposeResponse, ClientError> {
+        self.call(|mut c| {
+            let command = command.clone();
+            async move { c.propose(ProposeRequest { command, client_id: 0, sequence: 0 }).await }
+        })
+        .await
+    }
+
+    /// Runs a read-only query at `consistency`.
+    pub async fn query(&mut self, request: Vec<u8>, consistency: Consistency) -> Result<Vec<u8>, ClientError> {
+        self.call(|mut c| {
+            let request = request.clone();
+            async move { c.query(QueryRequest { request, consistency: consistency as i32 }).await }
+        })
+        .await
+        .map(|r| r.result)
+    }
+
+    /// The status of the first reachable node.
+    pub async fn status(&mut self) -> Result<StatusResponse, ClientError> {
+        self.call(|mut c| async move { c.status(StatusRequest {}).await }).await
+    }
+}

@@ -1,0 +1,138 @@
+//! Project tasks. `cargo xtask plugins [--update]`:
+//!
+//! 1. builds every guest crate of `plugins/` for `wasm32-unknown-unknown`
+//!    (release profile of that workspace);
+//! 2. turns each module into a component, in `plugins/target/components/`;
+//! 3. checks that the KV plugin embedded in the host (`plugins/dist/kv.wasm`)
+//!    was built from the current sources: `plugins/dist/kv.sources.sha256`
+//!    records a hash of every file it is built from. With `--update` the
+//!    fresh build replaces the embedded copy and the hash is rewritten.
+//!
+//! The embedded binary is compared by source hash rather than by bytes
+//! because the same sources give different bytes with different compilers
+//! (rustup's and Debian's, say).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repo").to_path_buf();
+    match args.first().map(String::as_str) {
+        Some("plugins") => plugins(&root, args.iter().any(|a| a == "--update")),
+        Some("source-hash") => {
+            println!("{}", source_hash(&root)?);
+            Ok(())
+        }
+        _ => bail!("usage: cargo xtask plugins [--update] | cargo xtask source-hash"),
+    }
+}
+
+fn plugins(root: &Path, update: bool) -> anyhow::Result<()> {
+    let ws = root.join("plugins");
+    // scripts/setup.sh points WASMRAFT_GUEST_CARGO at Debian's cargo when
+    // rustup cannot provide the wasm32 target; that toolchain's directory then
+    // comes first on PATH, for this build only.
+    let guest_cargo = std::env::var("WASMRAFT_GUEST_CARGO").ok();
+    let cargo = guest_cargo.clone().unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(&ws).args(["build", "--locked", "--release", "--target", "wasm32-unknown-unknown"]);
+    if let Some(dir) = guest_cargo.as_deref().and_then(|c| Path::new(c).parent()) {
+        let path = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("{}:{path}", dir.display()))
+            .env("RUSTC", dir.join("rustc"))
+            .env("RUSTC_BOOTSTRAP", "1");
+    }
+    if let Ok(extra) = std::env::var("WASMRAFT_GUEST_CARGO_ARGS") {
+        cmd.args(extra.split_whitespace());
+    }
+    eprintln!("building plugins: {cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot run {cargo}"))?;
+    if !status.success() {
+        bail!("building the plugins failed");
+    }
+    let out = ws.join("target/wasm32-unknown-unknown/release");
+    let components = ws.join("target/components");
+    std::fs::create_dir_all(&components)?;
+    let mut built = Vec::new();
+    for entry in std::fs::read_dir(&out)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            let module = std::fs::read(&path)?;
+            let component = wit_component::ComponentEncoder::default()
+                .module(&module)
+                .and_then(|e| e.validate(true).encode())
+                .with_context(|| format!("componentizing {}", path.display()))?;
+            let dest = components.join(path.file_name().expect("file name"));
+            std::fs::write(&dest, &component)?;
+            built.push(dest);
+        }
+    }
+    built.sort();
+    for b in &built {
+        eprintln!("  {}", b.strip_prefix(root).unwrap_or(b).display());
+    }
+
+    let dist = root.join("plugins/dist");
+    let hash_file = dist.join("kv.sources.sha256");
+    let hash = source_hash(root)?;
+    if update {
+        std::fs::copy(components.join("wasmraft_kv.wasm"), dist.join("kv.wasm"))?;
+        std::fs::write(&hash_file, format!("{hash}\n"))?;
+        eprintln!("updated plugins/dist/kv.wasm (sources {hash})");
+        return Ok(());
+    }
+    let recorded = std::fs::read_to_string(&hash_file).unwrap_or_default();
+    if recorded.trim() != hash {
+        bail!(
+            "plugins/dist/kv.wasm is out of date with its sources (recorded {}, now {hash}); \
+             run `cargo xtask plugins --update` and commit the result",
+            recorded.trim()
+        );
+    }
+    eprintln!("plugins/dist/kv.wasm matches its sources ({hash})");
+    Ok(())
+}
+
+/// Every file the KV plugin is built from, in a stable order.
+fn kv_sources(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for dir in ["wit", "sdk/guest", "plugins/kv", "proto/etcd"] {
+        collect(&root.join(dir), &mut files)?;
+    }
+    files.push(root.join("plugins/Cargo.toml"));
+    files.push(root.join("plugins/Cargo.lock"));
+    files.sort();
+    Ok(files)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name == "target" || name.starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            collect(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn source_hash(root: &Path) -> anyhow::Result<String> {
+    let mut h = Sha256::new();
+    for f in kv_sources(root)? {
+        let rel = f.strip_prefix(root).expect("under root").to_string_lossy().replace('\\', "/");
+        h.update(rel.as_bytes());
+        h.update([0]);
+        h.update(std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?);
+        h.update([0]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
