@@ -12,7 +12,7 @@ use crate::kv;
 #[derive(Args, Debug)]
 pub struct Endpoints {
     /// Comma-separated node addresses.
-    #[arg(long, env = "WASMRAFT_ENDPOINTS", default_value = crate::DEFAULT_ENDPOINT, value_delimiter = ',')]
+    #[arg(long, env = "WASMRAFT_ENDPOINTS", default_value = crate::DEFAULT_ENDPOINTS, value_delimiter = ',')]
     pub endpoints: Vec<String>,
 }
 
@@ -108,11 +108,13 @@ pub struct QueryArgs {
     pub endpoints: Endpoints,
 }
 
+/// Writes `bytes` and a newline; a reader that went away (`| head`) is fine.
 fn stdout_bytes(bytes: &[u8]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(bytes)?;
-    out.write_all(b"\n")?;
-    Ok(())
+    match out.write_all(bytes).and_then(|()| out.write_all(b"\n")) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 pub async fn put(a: PutArgs) -> anyhow::Result<()> {
@@ -152,18 +154,25 @@ pub async fn del(a: DelArgs) -> anyhow::Result<()> {
 pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     let s = a.endpoints.client()?.status().await?;
     let plugin = s.plugin.unwrap_or_default();
-    println!("node:     {}", s.id);
-    println!("role:     {}", s.role);
-    println!("term:     {}", s.term);
-    println!("leader:   {}", if s.leader_id == 0 { "none".to_string() } else { s.leader_id.to_string() });
-    println!("commit:   {}", s.commit_index);
-    println!("applied:  {}", s.applied_index);
-    println!("last:     {}", s.last_index);
-    println!("plugin:   {} {} (sdk {}, sha256 {})", plugin.name, plugin.version, plugin.sdk_version, plugin.sha256);
+    let leader = if s.leader_id == 0 { "none".to_string() } else { s.leader_id.to_string() };
+    let mut text = format!(
+        "node:     {}\nrole:     {}\nterm:     {}\nleader:   {leader}\ncommit:   {}\napplied:  {}\nlast:     {}\n\
+         plugin:   {} {} (sdk {}, sha256 {})",
+        s.id,
+        s.role,
+        s.term,
+        s.commit_index,
+        s.applied_index,
+        s.last_index,
+        plugin.name,
+        plugin.version,
+        plugin.sdk_version,
+        plugin.sha256
+    );
     if !s.fatal.is_empty() {
-        println!("FATAL:    {}", s.fatal);
+        text.push_str(&format!("\nFATAL:    {}", s.fatal));
     }
-    Ok(())
+    stdout_bytes(text.as_bytes())
 }
 
 fn input(text: Option<String>, stdin: bool) -> anyhow::Result<Vec<u8>> {

@@ -1,6 +1,7 @@
 //! The node's TOML configuration file. Unknown keys are errors; every key
 //! has a default taken from the library's own defaults.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,6 +23,10 @@ pub struct FileConfig {
     /// A plugin `.wasm` to run instead of the built-in KV plugin.
     #[serde(default)]
     pub plugin: Option<PathBuf>,
+    /// Every member of the initial cluster, this node included: id ->
+    /// `host:port`. Empty: a cluster of this node alone.
+    #[serde(default)]
+    pub peers: BTreeMap<String, String>,
     /// Fsync the log before acknowledging writes.
     #[serde(default = "default_sync_log")]
     pub sync_log: bool,
@@ -32,7 +37,7 @@ pub struct FileConfig {
 }
 
 fn default_listen() -> SocketAddr {
-    crate::DEFAULT_ENDPOINT.parse().expect("valid default")
+    SocketAddr::from(([127, 0, 0, 1], 7379))
 }
 
 fn default_sync_log() -> bool {
@@ -98,8 +103,25 @@ impl FileConfig {
         Ok(toml::from_str(text)?)
     }
 
+    /// The peers table with numeric ids.
+    pub fn peer_addresses(&self) -> anyhow::Result<BTreeMap<u64, String>> {
+        let mut out = BTreeMap::new();
+        for (id, addr) in &self.peers {
+            let n: u64 = id.parse().with_context(|| format!("peer id {id:?} is not a number"))?;
+            anyhow::ensure!(n != 0, "peer id 0 is not allowed");
+            out.insert(n, addr.clone());
+        }
+        anyhow::ensure!(
+            out.is_empty() || out.contains_key(&self.id),
+            "[peers] must list this node ({}) too",
+            self.id
+        );
+        Ok(out)
+    }
+
     pub fn node_config(&self) -> NodeConfig {
         NodeConfig {
+            bootstrap_voters: self.peer_addresses().map(|p| p.keys().copied().collect()).unwrap_or_default(),
             id: self.id,
             data_dir: self.data_dir.clone(),
             tick_interval: Duration::from_millis(self.raft.tick_ms),
@@ -133,6 +155,14 @@ mod tests {
         assert_eq!(n.election_ticks, NodeConfig::default().election_ticks);
         assert_eq!(n.plugin, PluginConfig::default());
         assert_eq!(c.listen, default_listen());
+    }
+
+    #[test]
+    fn peers_become_the_bootstrap_voters() {
+        let c = FileConfig::parse("id = 2\ndata_dir = \"d\"\n[peers]\n1 = \"a:1\"\n2 = \"a:2\"\n3 = \"a:3\"\n").unwrap();
+        assert_eq!(c.node_config().bootstrap_voters, vec![1, 2, 3]);
+        let c = FileConfig::parse("id = 4\ndata_dir = \"d\"\n[peers]\n1 = \"a:1\"\n").unwrap();
+        assert!(c.peer_addresses().unwrap_err().to_string().contains("must list this node (4)"));
     }
 
     #[test]

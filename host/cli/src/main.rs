@@ -9,8 +9,8 @@ mod run;
 
 use clap::{Parser, Subcommand};
 
-/// The address `wasmraft dev` listens on and client commands default to.
-pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:7379";
+/// The addresses `wasmraft dev` listens on, which client commands default to.
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,8 +32,8 @@ struct Cli {
 enum Command {
     /// Run a node from a TOML configuration file.
     Run(run::RunArgs),
-    /// Start a local node with the KV plugin (state in a temporary directory
-    /// unless --data-dir is given) and print its endpoint.
+    /// Start a local 3-node cluster with the KV plugin (state in a temporary
+    /// directory unless --data-dir is given) and print its endpoints.
     Dev(dev::DevArgs),
     /// Store VALUE under KEY (KV plugin).
     Put(client_cmds::PutArgs),

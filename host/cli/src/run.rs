@@ -1,15 +1,19 @@
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use wasmraft_grpc::GrpcTransport;
 use wasmraft_node::{KV_PLUGIN, Node, NodeConfig};
 
 use crate::config::FileConfig;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The node's TOML configuration (see examples/single-node.toml).
+    /// The node's TOML configuration (see examples/single-node.toml and
+    /// examples/three-node/).
     #[arg(long, short)]
     pub config: PathBuf,
 }
@@ -20,35 +24,60 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(p) => std::fs::read(p).with_context(|| format!("cannot read plugin {}", p.display()))?,
         None => KV_PLUGIN.to_vec(),
     };
+    let peers = file.peer_addresses()?;
     let config = file.node_config();
-    tracing::info!(config = ?config, listen = %file.listen, "effective configuration");
-    serve(config, &plugin, file.listen, |_| {}).await
+    tracing::info!(config = ?config, listen = %file.listen, ?peers, "effective configuration");
+    let listener = TcpListener::bind(file.listen).await.with_context(|| format!("cannot listen on {}", file.listen))?;
+    let (stop_tx, stop) = watch::channel(false);
+    let server = start(config, &plugin, listener, peers, stop)?;
+    shutdown_signal().await;
+    let _ = stop_tx.send(true);
+    server.stop().await
 }
 
-/// Starts a node and serves its client API until Ctrl-C or SIGTERM.
-pub async fn serve(
+/// A node serving its gRPC APIs.
+pub struct Served {
+    pub node: Node,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Served {
+    /// Waits for the server to drain, then stops the node.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let result = self.server.await.context("server task")?.context("gRPC server failed");
+        tracing::info!(id = self.node.id(), "node stopped");
+        tokio::task::block_in_place(|| self.node.shutdown());
+        result
+    }
+}
+
+/// Starts a node and serves its client and Raft APIs on `listener` until
+/// `stop` turns true. `peers` maps every member (this node too) to its
+/// address; empty for a single node.
+pub fn start(
     config: NodeConfig,
     plugin: &[u8],
-    listen: SocketAddr,
-    on_ready: impl FnOnce(SocketAddr),
-) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    let addr = listener.local_addr()?;
-    let node = tokio::task::block_in_place(|| Node::start(config, plugin)).context("cannot start the node")?;
-    node.wait_for_leader().await.context("the node did not elect a leader")?;
-    on_ready(addr);
-    let server = wasmraft_grpc::serve_on(node.clone(), listener, shutdown_signal());
-    let result = server.await.context("gRPC server failed");
-    tracing::info!("shutting down");
-    tokio::task::block_in_place(|| node.shutdown());
-    result
+    listener: TcpListener,
+    peers: BTreeMap<u64, String>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<Served> {
+    let transport = GrpcTransport::new(config.id, &peers, &tokio::runtime::Handle::current());
+    let node = tokio::task::block_in_place(|| Node::start_with_transport(config, plugin, transport))
+        .context("cannot start the node")?;
+    let others = peers.into_iter().filter(|(id, _)| *id != node.id()).collect();
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let server = tokio::spawn(wasmraft_grpc::serve_on(node.clone(), others, listener, shutdown));
+    Ok(Served { node, server })
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = ctrl_c => {}
         _ = term.recv() => {}
     }
+    tracing::info!("shutting down");
 }

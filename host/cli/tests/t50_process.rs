@@ -11,7 +11,8 @@ use wasmraft_proto::etcdserverpb::{RangeRequest, RequestOp, ResponseOp, request_
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasmraft");
 
-/// A `wasmraft dev` process; killed with SIGKILL when dropped.
+/// A `wasmraft dev` process (a 3-node cluster in one process); killed with
+/// SIGKILL when dropped.
 struct DevNode {
     child: Child,
     endpoint: String,
@@ -19,21 +20,19 @@ struct DevNode {
 
 impl DevNode {
     fn start(data_dir: &std::path::Path) -> Self {
-        let mut child = Command::new(BIN)
-            .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn wasmraft dev");
+        Self::spawn(Command::new(BIN).args(["dev", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir))
+    }
+
+    fn spawn(command: &mut Command) -> Self {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn wasmraft dev");
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let deadline = Instant::now() + Duration::from_secs(60);
         let endpoint = loop {
             assert!(Instant::now() < deadline, "wasmraft dev did not become ready");
             let line = lines.next().expect("wasmraft dev exited before it was ready").unwrap();
-            if let Some(addr) = line.trim().strip_prefix("endpoint:") {
-                break addr.trim().to_string();
+            if let Some(addrs) = line.trim().strip_prefix("endpoints:") {
+                break addrs.trim().to_string();
             }
         };
         // Keep draining stdout so the child never blocks on a full pipe.
@@ -78,8 +77,17 @@ fn put_get_del_and_status_from_the_command_line() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
     let status = stdout(&node.cli(&["status"]));
-    assert!(status.contains("role:     leader"), "{status}");
+    assert!(status.contains("leader:   "), "{status}");
     assert!(status.contains("plugin:   wasmraft-kv"), "{status}");
+    // Every node answers, followers included: writes are forwarded to the
+    // leader and linearizable reads confirm with it.
+    for (i, endpoint) in node.endpoint.split(',').enumerate() {
+        let one = |args: &[&str]| Command::new(BIN).args(args).env("WASMRAFT_ENDPOINTS", endpoint).output().unwrap();
+        assert_eq!(stdout(&one(&["put", &format!("via{i}"), "v"])), "OK\n");
+        for j in 0..=i {
+            assert_eq!(stdout(&one(&["get", &format!("via{j}")])), "v\n", "node {endpoint} reads via{j}");
+        }
+    }
 }
 
 #[test]
@@ -103,7 +111,8 @@ fn put_request(key: &str, value: &str) -> Vec<u8> {
         .encode_to_vec()
 }
 
-/// Every acknowledged put survives `kill -9` of the node.
+/// Every acknowledged put survives `kill -9` of all three nodes at once
+/// (`wasmraft dev` runs them in one process).
 #[test]
 fn no_acknowledged_write_is_lost_on_kill_9() {
     const PUTS: usize = 1000;
@@ -117,7 +126,7 @@ fn no_acknowledged_write_is_lost_on_kill_9() {
             .map(|w| {
                 let endpoint = endpoint.clone();
                 tokio::spawn(async move {
-                    let mut client = Client::new([endpoint]).unwrap();
+                    let mut client = Client::new(endpoint.split(',')).unwrap();
                     let mut acked = Vec::new();
                     for i in (w..PUTS).step_by(WRITERS) {
                         client.propose(put_request(&format!("key-{i:04}"), &format!("value-{i}"))).await.unwrap();
@@ -139,7 +148,7 @@ fn no_acknowledged_write_is_lost_on_kill_9() {
     let node = DevNode::start(dir.path());
     let endpoint = node.endpoint.clone();
     rt.block_on(async {
-        let mut client = Client::new([endpoint]).unwrap();
+        let mut client = Client::new(endpoint.split(',')).unwrap();
         for i in acked {
             let bytes = client.query(get_request(&format!("key-{i:04}")), Consistency::Linearizable).await.unwrap();
             let Some(Response::ResponseRange(r)) = ResponseOp::decode(bytes.as_slice()).unwrap().response else {
@@ -167,23 +176,9 @@ fn the_readme_plugin_builds_and_answers() {
     let module = repo_file("plugins/target/wasm32-unknown-unknown/release/counter.wasm");
     assert!(module.exists(), "{} missing: run `cargo xtask plugins` first", module.display());
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args(["dev", "--listen", "127.0.0.1:0", "--plugin"])
-        .arg(&module)
-        .arg("--data-dir")
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let endpoint = loop {
-        let line = lines.next().expect("dev exited early").unwrap();
-        if let Some(a) = line.trim().strip_prefix("endpoint:") {
-            break a.trim().to_string();
-        }
-    };
-    let node = DevNode { child, endpoint };
+    let node = DevNode::spawn(
+        Command::new(BIN).args(["dev", "--listen", "127.0.0.1:0", "--plugin"]).arg(&module).arg("--data-dir").arg(dir.path()),
+    );
     assert_eq!(stdout(&node.cli(&["propose", "5"])), "5\n");
     assert_eq!(stdout(&node.cli(&["propose", "3"])), "8\n");
     assert_eq!(stdout(&node.cli(&["query", ""])), "8\n");

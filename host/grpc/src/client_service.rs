@@ -5,18 +5,22 @@ use wasmraft_proto::v1::{
     StatusResponse, client_server::Client,
 };
 
+use crate::forward::Forwarder;
 use crate::status::to_status;
 
-/// The `wasmraft.v1.Client` service of one node.
+/// The `wasmraft.v1.Client` service of one node. A proposal that reaches a
+/// follower is forwarded to the leader (once; the leader's answer, error or
+/// not, goes back to the client).
 #[derive(Clone, Debug)]
 pub struct ClientService {
     node: Node,
+    forwarder: Forwarder,
 }
 
 impl ClientService {
-    /// Serves `node`.
-    pub fn new(node: Node) -> Self {
-        Self { node }
+    /// Serves `node`, forwarding through `forwarder`.
+    pub fn new(node: Node, forwarder: Forwarder) -> Self {
+        Self { node, forwarder }
     }
 }
 
@@ -33,8 +37,16 @@ fn role_name(role: Role) -> &'static str {
 impl Client for ClientService {
     async fn propose(&self, request: Request<ProposeRequest>) -> Result<Response<ProposeResponse>, Status> {
         let r = request.into_inner();
-        let applied = self.node.propose_as(r.command, r.client_id, r.sequence).await.map_err(to_status)?;
-        Ok(Response::new(ProposeResponse { result: applied.response, index: applied.index }))
+        match self.node.propose_as(r.command.clone(), r.client_id, r.sequence).await {
+            Ok(applied) => Ok(Response::new(ProposeResponse { result: applied.response, index: applied.index })),
+            Err(wasmraft_node::Error::NotLeader { leader: Some(leader) }) if leader.0 != self.node.id() => {
+                match self.forwarder.client(leader.0) {
+                    Some(mut client) => client.propose(r).await,
+                    None => Err(to_status(wasmraft_node::Error::NotLeader { leader: Some(leader) })),
+                }
+            }
+            Err(e) => Err(to_status(e)),
+        }
     }
 
     async fn query(&self, request: Request<QueryRequest>) -> Result<Response<QueryResponse>, Status> {

@@ -1,27 +1,41 @@
-//! gRPC for Wasmraft: the `wasmraft.v1` client service over a [`Node`].
-//! (The peer transport and etcd's v3 API come with replication.)
+//! gRPC for Wasmraft: the `wasmraft.v1` client service over a [`Node`],
+//! the Raft peer service, and [`GrpcTransport`], which carries Raft messages
+//! between nodes.
 #![deny(missing_docs)]
 
 mod client_service;
+mod forward;
+mod raft_service;
 mod status;
+mod transport;
 
 pub use client_service::ClientService;
+pub use forward::Forwarder;
+pub use raft_service::RaftService;
 pub use status::to_status;
+pub use transport::GrpcTransport;
+
+use std::collections::BTreeMap;
 
 use wasmraft_node::Node;
 use wasmraft_proto::v1::client_server::ClientServer;
+use wasmraft_proto::v1::raft_server::RaftServer;
 
-/// Serves the client API of `node` on a bound listener until `shutdown`
-/// resolves.
+/// Serves the client and Raft APIs of `node` on a bound listener until
+/// `shutdown` resolves. `peers` maps the other nodes' ids to their
+/// addresses, for forwarding proposals to the leader.
 pub async fn serve_on(
     node: Node,
+    peers: BTreeMap<u64, String>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let client = ClientService::new(node.clone(), Forwarder::new(peers));
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(ClientServer::new(ClientService::new(node)).max_decoding_message_size(4 << 20))
+        .add_service(ClientServer::new(client).max_decoding_message_size(4 << 20))
+        .add_service(RaftServer::new(RaftService::new(node)).max_decoding_message_size(256 << 20))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -281,6 +281,12 @@ impl Node {
         }
     }
 
+    /// Hands a Raft message from a peer to this node. Never blocks; the
+    /// message is dropped if the node has stopped (Raft tolerates loss).
+    pub fn step(&self, message: wasmraft_raft::Message) {
+        let _ = self.inner.raft.send(LoopMsg::Step(message));
+    }
+
     /// A snapshot of this node's state.
     pub fn status(&self) -> NodeStatus {
         self.inner.status.lock().clone()

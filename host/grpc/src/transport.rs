@@ -1,0 +1,119 @@
+//! Raft messages between nodes: one long-lived gRPC stream per peer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+use wasmraft_node::Transport;
+use wasmraft_proto::convert::raft as convert;
+use wasmraft_proto::v1::raft_client::RaftClient;
+use wasmraft_proto::v1::{RaftBatch, RaftMessage};
+use wasmraft_raft::{Message, NodeId};
+
+/// Messages queued for one peer before new ones are dropped (Raft resends).
+const QUEUE: usize = 16 * 1024;
+/// The most messages sent in one batch.
+const BATCH: usize = 1024;
+
+/// Sends Raft messages to peers over gRPC. Each peer gets a task that keeps
+/// one stream open, reconnecting after failures, and sends whatever has
+/// queued up as one batch; [`Transport::send`] only queues, so it never
+/// blocks the Raft loop.
+#[derive(Debug)]
+pub struct GrpcTransport {
+    peers: HashMap<NodeId, mpsc::Sender<RaftMessage>>,
+}
+
+impl GrpcTransport {
+    /// Connects lazily to every peer in `peers` (id -> `host:port`) except
+    /// `self_id`, spawning on `runtime`.
+    pub fn new(self_id: u64, peers: &BTreeMap<u64, String>, runtime: &tokio::runtime::Handle) -> Self {
+        let mut senders = HashMap::new();
+        for (&id, addr) in peers {
+            if id == self_id {
+                continue;
+            }
+            let (tx, rx) = mpsc::channel(QUEUE);
+            runtime.spawn(peer_task(id, addr.clone(), rx));
+            senders.insert(NodeId(id), tx);
+        }
+        Self { peers: senders }
+    }
+}
+
+impl Transport for GrpcTransport {
+    fn send(&mut self, messages: Vec<Message>) {
+        for m in messages {
+            match self.peers.get(&m.to) {
+                Some(tx) => {
+                    if tx.try_send(convert::message(m)).is_err() {
+                        tracing::debug!("peer queue full; dropping a message");
+                    }
+                }
+                None => tracing::warn!(to = m.to.0, "no address for peer; dropping a message"),
+            }
+        }
+    }
+}
+
+async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>) {
+    let uri = if addr.contains("://") { addr.clone() } else { format!("http://{addr}") };
+    let endpoint = match Endpoint::from_shared(uri) {
+        Ok(e) => e.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true),
+        Err(e) => {
+            tracing::error!(peer = id, %addr, error = %e, "invalid peer address");
+            return;
+        }
+    };
+    let mut failures = 0u32;
+    loop {
+        let channel = match endpoint.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                if failures % 50 == 0 {
+                    tracing::warn!(peer = id, %addr, error = %e, "cannot reach peer");
+                }
+                failures += 1;
+                // Messages for an unreachable peer are stale by the time it is back.
+                while queue.try_recv().is_ok() {}
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if queue.is_closed() {
+                    return;
+                }
+                continue;
+            }
+        };
+        if failures > 0 {
+            tracing::info!(peer = id, %addr, "connected to peer");
+        }
+        failures = 0;
+        let mut client = RaftClient::new(channel).max_encoding_message_size(64 << 20);
+        let (batches, stream) = mpsc::channel::<RaftBatch>(64);
+        let forward = async {
+            while let Some(first) = queue.recv().await {
+                let mut messages = vec![first];
+                while messages.len() < BATCH {
+                    match queue.try_recv() {
+                        Ok(m) => messages.push(m),
+                        Err(_) => break,
+                    }
+                }
+                if batches.send(RaftBatch { messages }).await.is_err() {
+                    return false; // the stream broke: reconnect
+                }
+            }
+            true // the node stopped
+        };
+        tokio::select! {
+            stopped = forward => if stopped { return },
+            result = client.send(ReceiverStream::new(stream)) => {
+                if let Err(e) = result {
+                    tracing::debug!(peer = id, error = %e, "stream to peer ended");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
