@@ -2,7 +2,7 @@
 //! stores their writes with the applied index atomically, then answers the
 //! clients that proposed them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
 
@@ -16,6 +16,7 @@ use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::node::{Applied, NodeStatus};
 use crate::raft_loop::{LoopMsg, ProposeReply};
+use crate::sessions::{Admission as SessionAdmission, SWEEP_EVERY, Session, Sessions};
 use crate::state_machine::{StateMachine, StorageView};
 
 pub(crate) enum ApplyTask {
@@ -35,6 +36,7 @@ pub(crate) struct ApplyWorker {
     pub status: Arc<Mutex<NodeStatus>>,
     pub waiters: BTreeMap<Index, (Term, ProposeReply)>,
     pub last_applied: LogId,
+    pub sessions: Sessions,
 }
 
 impl ApplyWorker {
@@ -66,26 +68,52 @@ impl ApplyWorker {
     fn apply(&mut self, entries: Vec<wasmraft_raft::Entry>) -> Result<(), String> {
         let entries: Vec<_> = entries.into_iter().filter(|e| e.log_id.index > self.last_applied.index).collect();
         let Some(last) = entries.last().map(|e| e.log_id) else { return Ok(()) };
-        // Decode the commands; entries without one (the leader's no-op,
-        // membership changes) still advance the applied index.
+        // Decide each entry's fate: run by the plugin, answered from its
+        // client's session, or nothing to run (no-op, membership).
         let mut inputs = Vec::with_capacity(entries.len());
-        let mut positions = Vec::with_capacity(entries.len()); // entry -> Some(input index) | Err
-        for e in &entries {
-            match &e.payload {
+        let mut plans = Vec::with_capacity(entries.len());
+        // Tagged commands of this batch not yet in the session table.
+        let mut in_batch: HashMap<u64, (u64, usize)> = HashMap::new();
+        for (pos, e) in entries.iter().enumerate() {
+            let plan = match &e.payload {
                 EntryPayload::Normal(bytes) => match Envelope::decode(bytes) {
+                    Err(m) => Plan::Done(Err(Error::Invalid(m))),
                     Ok(env) => {
-                        positions.push(Ok(Some(inputs.len())));
-                        inputs.push(EntryInput {
-                            index: e.log_id.index.0,
-                            term: e.log_id.term.0,
-                            timestamp_ms: env.timestamp_ms,
-                            command: env.command,
-                        });
+                        let admission = match in_batch.get(&env.client_id) {
+                            Some(&(seq, first)) if env.client_id != 0 && seq == env.sequence => {
+                                Admission::SameAs(first)
+                            }
+                            Some(&(seq, _)) if env.client_id != 0 && seq > env.sequence => {
+                                Admission::Session(SessionAdmission::Stale { last: seq })
+                            }
+                            _ if env.client_id != 0 => Admission::Session(self.sessions.admit(env.client_id, env.sequence)),
+                            _ => Admission::Session(SessionAdmission::Apply),
+                        };
+                        match admission {
+                            Admission::SameAs(first) => Plan::SameAs(first),
+                            Admission::Session(SessionAdmission::Duplicate(outcome)) => Plan::Done(outcome),
+                            Admission::Session(SessionAdmission::Stale { last }) => Plan::Done(Err(Error::Invalid(format!(
+                                "sequence {} of client {} is older than its last applied command ({last})",
+                                env.sequence, env.client_id
+                            )))),
+                            Admission::Session(SessionAdmission::Apply) => {
+                                if env.client_id != 0 {
+                                    in_batch.insert(env.client_id, (env.sequence, pos));
+                                }
+                                inputs.push(EntryInput {
+                                    index: e.log_id.index.0,
+                                    term: e.log_id.term.0,
+                                    timestamp_ms: env.timestamp_ms,
+                                    command: env.command,
+                                });
+                                Plan::Run { client: env.client_id, sequence: env.sequence, timestamp_ms: env.timestamp_ms }
+                            }
+                        }
                     }
-                    Err(m) => positions.push(Err(Error::Invalid(m))),
                 },
-                _ => positions.push(Ok(None)),
-            }
+                _ => Plan::Done(Err(Error::ProposalDropped)),
+            };
+            plans.push(plan);
         }
         let batch = if inputs.is_empty() {
             Default::default()
@@ -93,24 +121,50 @@ impl ApplyWorker {
             let view: Arc<dyn StateView> = Arc::new(StorageView(self.storage.apply_reader()));
             self.state_machine.apply(view, &inputs).map_err(|f| f.0)?
         };
+
+        // Outcomes in entry order; sessions record the new ones.
+        let mut outcomes: Vec<Result<Vec<u8>, Error>> = Vec::with_capacity(entries.len());
+        let mut changed: BTreeMap<u64, Option<Vec<u8>>> = BTreeMap::new();
+        let mut plugin_outcomes = batch.outcomes.into_iter();
+        for (e, plan) in entries.iter().zip(plans) {
+            let outcome = match plan {
+                Plan::Done(o) => o,
+                Plan::SameAs(first) => outcomes[first].clone(),
+                Plan::Run { client, sequence, timestamp_ms, .. } => {
+                    let o = plugin_outcomes.next().expect("one outcome per input").map_err(Error::from);
+                    if client != 0 {
+                        let session = Session { sequence, index: e.log_id.index.0, timestamp_ms, outcome: o.clone() };
+                        changed.insert(client, Some(session.encode()));
+                        self.sessions.record(client, session);
+                    }
+                    o
+                }
+            };
+            outcomes.push(outcome);
+            // Sweep at fixed indexes, by that entry's own leader timestamp, so
+            // every replica sweeps the same sessions whatever its batching.
+            if e.log_id.index.0 % SWEEP_EVERY == 0 {
+                if let Some(now) = entry_timestamp(e) {
+                    for client in self.sessions.sweep(now) {
+                        changed.insert(client, None);
+                    }
+                }
+            }
+        }
+
         self.storage
-            .apply(last, batch.writes.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() }))
+            .apply(
+                last,
+                batch.writes.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() }),
+                changed.iter().map(|(c, v)| (*c, v.as_deref())),
+            )
             .map_err(|e| e.to_string())?;
         self.last_applied = last;
 
-        let mut outcomes = batch.outcomes.into_iter();
-        for (e, pos) in entries.iter().zip(positions) {
-            let result = match pos {
-                Ok(Some(_)) => outcomes
-                    .next()
-                    .expect("one outcome per input")
-                    .map(|response| Applied { index: e.log_id.index.0, response })
-                    .map_err(Error::from),
-                Ok(None) => Err(Error::ProposalDropped),
-                Err(err) => Err(err),
-            };
+        for (e, outcome) in entries.iter().zip(outcomes) {
             if let Some((term, reply)) = self.waiters.remove(&e.log_id.index) {
                 // Another leader's entry at this index means ours was dropped.
+                let result = outcome.map(|response| Applied { index: e.log_id.index.0, response });
                 let _ = reply.send(if term == e.log_id.term { result } else { Err(Error::ProposalDropped) });
             }
         }
@@ -129,5 +183,27 @@ impl ApplyWorker {
         self.applied.send_replace(last.index.0);
         let _ = self.raft.send(LoopMsg::Applied(last.index));
         Ok(())
+    }
+}
+
+/// How the apply thread handles one committed entry.
+enum Plan {
+    /// Run by the plugin (its outcomes come back in entry order).
+    Run { client: u64, sequence: u64, timestamp_ms: u64 },
+    /// A retry of the entry at this position of the same batch.
+    SameAs(usize),
+    /// Decided without the plugin.
+    Done(Result<Vec<u8>, Error>),
+}
+
+enum Admission {
+    SameAs(usize),
+    Session(SessionAdmission),
+}
+
+fn entry_timestamp(e: &wasmraft_raft::Entry) -> Option<u64> {
+    match &e.payload {
+        EntryPayload::Normal(b) => Envelope::decode(b).ok().map(|env| env.timestamp_ms),
+        _ => None,
     }
 }

@@ -21,6 +21,7 @@ mod error;
 mod kv_plugin;
 mod node;
 mod raft_loop;
+mod sessions;
 mod state_machine;
 mod transport;
 

@@ -13,6 +13,7 @@ use crate::apply::ApplyWorker;
 use crate::config::NodeConfig;
 use crate::error::{Error, StartError};
 use crate::raft_loop::{LoopMsg, RaftLoop};
+use crate::sessions::Sessions;
 use crate::state_machine::{QueryHandler, StorageView};
 use crate::transport::{NoPeers, Transport};
 
@@ -157,6 +158,7 @@ impl Node {
             status: status.clone(),
             waiters: BTreeMap::new(),
             last_applied: applied,
+            sessions: Sessions::load(storage.sessions()?).map_err(StartError::Recovery)?,
         };
         let raft_loop = RaftLoop {
             raw,

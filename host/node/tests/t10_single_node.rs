@@ -124,3 +124,42 @@ async fn watchers_receive_the_events_of_applied_entries() {
     assert_eq!(ev.index, applied.index);
     node.shutdown();
 }
+
+/// A retried proposal (same client id and sequence) applies once and gets
+/// the first outcome, even when both copies commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_proposal_applies_once() {
+    use prost::Message;
+    use wasmraft_proto::etcdserverpb::PutResponse;
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    let first = node.propose_as(put("once", "1"), 42, 1).await.unwrap();
+    // The same command again, and concurrently twice more: all are retries.
+    let (a, b) = tokio::join!(node.propose_as(put("once", "1"), 42, 1), node.propose_as(put("once", "1"), 42, 1));
+    for retry in [a.unwrap(), b.unwrap()] {
+        assert_eq!(retry.response, first.response, "a retry returns the first result");
+    }
+    let header = |r: &[u8]| match ResponseOp::decode(r).unwrap().response.unwrap() {
+        Response::ResponsePut(PutResponse { header, .. }) => header.unwrap().revision,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(header(&first.response), 2);
+    // The key was written once: version 1.
+    let bytes = node.query(get_req("once"), Consistency::Linearizable).await.unwrap();
+    let Response::ResponseRange(r) = ResponseOp::decode(bytes.as_slice()).unwrap().response.unwrap() else { panic!() };
+    assert_eq!(r.kvs[0].version, 1);
+    // The next sequence applies; an older one is refused.
+    node.propose_as(put("once", "2"), 42, 2).await.unwrap();
+    let err = node.propose_as(put("once", "3"), 42, 1).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(ref m) if m.contains("older than its last applied")), "{err}");
+    // Sessions survive a restart.
+    node.shutdown();
+    drop(node);
+    let node = start(dir.path()).await;
+    let again = node.propose_as(put("once", "2"), 42, 2).await.unwrap();
+    let bytes = node.query(get_req("once"), Consistency::Linearizable).await.unwrap();
+    let Response::ResponseRange(r) = ResponseOp::decode(bytes.as_slice()).unwrap().response.unwrap() else { panic!() };
+    assert_eq!(r.kvs[0].version, 2, "the retry after restart did not apply again");
+    assert_eq!(header(&again.response), 3);
+    node.shutdown();
+}

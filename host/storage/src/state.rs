@@ -20,14 +20,26 @@ pub struct StateWrite<'a> {
     pub value: Option<&'a [u8]>,
 }
 
+/// Client sessions (exactly-once retries) live in `meta` under this prefix,
+/// keyed by big-endian client id; the node owns the value format.
+const SESSION_PREFIX: &[u8] = b"session/";
+
+fn session_key(client: u64) -> Vec<u8> {
+    let mut k = SESSION_PREFIX.to_vec();
+    k.extend_from_slice(&client.to_be_bytes());
+    k
+}
+
 impl Storage {
-    /// Writes an applied batch: the plugin's writes and the log id of the
-    /// last entry they cover, atomically (not fsynced: the log is durable and
-    /// is replayed from the applied id after a crash).
+    /// Writes an applied batch: the plugin's writes, the client-session
+    /// records that changed (`None` removes one) and the log id of the last
+    /// entry they cover, atomically (not fsynced: the log is durable and is
+    /// replayed from the applied id after a crash).
     pub fn apply<'a>(
         &self,
         applied: LogId,
         writes: impl IntoIterator<Item = StateWrite<'a>>,
+        sessions: impl IntoIterator<Item = (u64, Option<&'a [u8]>)>,
     ) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         let state = self.cf(CF_STATE);
@@ -37,10 +49,34 @@ impl Storage {
                 None => batch.delete_cf(state, w.key),
             }
         }
+        let meta = self.cf(CF_META);
+        for (client, record) in sessions {
+            match record {
+                Some(v) => batch.put_cf(meta, session_key(client), v),
+                None => batch.delete_cf(meta, session_key(client)),
+            }
+        }
         batch.put_cf(self.cf(CF_META), KEY_APPLIED, codec::encode_log_id(&applied));
         let _exclusive = self.state_lock.write();
         self.db.write_opt(batch, &WriteOptions::default())?;
         Ok(())
+    }
+
+    /// Every client-session record, by client id.
+    pub fn sessions(&self) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        let mut out = Vec::new();
+        let iter = self.db.iterator_cf(self.cf(CF_META), IteratorMode::From(SESSION_PREFIX, Direction::Forward));
+        for item in iter {
+            let (k, v) = item?;
+            let Some(id) = k.strip_prefix(SESSION_PREFIX) else { break };
+            let id: [u8; 8] = id.try_into().map_err(|_| StorageError::Corrupt {
+                what: "session key",
+                key: None,
+                detail: format!("{} bytes of client id", id.len()),
+            })?;
+            out.push((u64::from_be_bytes(id), v.to_vec()));
+        }
+        Ok(out)
     }
 
     /// The log id of the last applied entry (0-0 if none).

@@ -60,16 +60,22 @@ fn applied_state_and_applied_id_are_written_together() {
     {
         let s = open(dir.path());
         assert_eq!(s.applied().unwrap(), LogId::default());
-        s.apply(LogId::new(1, 5), [StateWrite { key: b"k", value: Some(b"v") }, StateWrite { key: b"gone", value: None }])
-            .unwrap();
-        s.apply(LogId::new(1, 6), [StateWrite { key: b"k2", value: Some(b"v2") }]).unwrap();
-        s.apply(LogId::new(1, 7), [StateWrite { key: b"k", value: None }]).unwrap();
+        let none: [(u64, Option<&[u8]>); 0] = [];
+        s.apply(
+            LogId::new(1, 5),
+            [StateWrite { key: b"k", value: Some(b"v") }, StateWrite { key: b"gone", value: None }],
+            [(7, Some(&b"session of 7"[..])), (9, Some(&b"session of 9"[..]))],
+        )
+        .unwrap();
+        s.apply(LogId::new(1, 6), [StateWrite { key: b"k2", value: Some(b"v2") }], [(9, None)]).unwrap();
+        s.apply(LogId::new(1, 7), [StateWrite { key: b"k", value: None }], none).unwrap();
     }
     let s = open(dir.path());
     assert_eq!(s.applied().unwrap(), LogId::new(1, 7));
     let r = s.consistent_reader();
     assert_eq!(r.get(b"k").unwrap(), None);
     assert_eq!(r.dump().unwrap(), vec![(b"k2".to_vec(), b"v2".to_vec())]);
+    assert_eq!(s.sessions().unwrap(), vec![(7, b"session of 7".to_vec())]);
 }
 
 #[test]
@@ -77,7 +83,8 @@ fn scans_respect_bounds_and_direction() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path());
     let keys = ["a", "b", "c", "d"];
-    s.apply(LogId::new(1, 1), keys.iter().map(|k| StateWrite { key: k.as_bytes(), value: Some(b"1") })).unwrap();
+    let none: [(u64, Option<&[u8]>); 0] = [];
+    s.apply(LogId::new(1, 1), keys.iter().map(|k| StateWrite { key: k.as_bytes(), value: Some(b"1") }), none).unwrap();
     let r = s.apply_reader();
     let mut seen = Vec::new();
     r.scan(b"b", Some(b"d"), false, &mut |k, _| {
