@@ -10,9 +10,15 @@
 //! ```
 //!
 //! The client tries its endpoints in order and remembers the one that
-//! answered. It moves on to the next endpoint only when a request certainly
-//! did not apply (the connection failed, or the node answered "not the
-//! leader"), so a proposal is never sent twice by the client itself.
+//! answered; any node accepts proposals (followers forward them to the
+//! leader).
+//!
+//! Each `Client` (and each clone) is a session: it tags every proposal with
+//! its session id and a sequence number. When the outcome of a proposal is
+//! unknown (a timeout, a connection lost mid-request, a leader change) the
+//! client retries it with the same number, and the cluster applies it at
+//! most once, answering the retry with the first outcome. Proposals of one
+//! session are sequential (`&mut self`); use a clone per concurrent task.
 #![deny(missing_docs)]
 
 use std::time::Duration;
@@ -61,13 +67,59 @@ impl ClientError {
     }
 }
 
-/// A client of one cluster.
-#[derive(Debug, Clone)]
+/// A client of one cluster, and a session for exactly-once proposals.
+#[derive(Debug)]
 pub struct Client {
     endpoints: Vec<Endpoint>,
     names: Vec<String>,
     channels: Vec<Option<ClientClient<Channel>>>,
     current: usize,
+    session: u64,
+    sequence: u64,
+    retry_for: Duration,
+}
+
+/// A clone shares the connections but is a new session.
+impl Clone for Client {
+    fn clone(&self) -> Self {
+        Self {
+            endpoints: self.endpoints.clone(),
+            names: self.names.clone(),
+            channels: self.channels.clone(),
+            current: self.current,
+            session: new_session_id(),
+            sequence: 0,
+            retry_for: self.retry_for,
+        }
+    }
+}
+
+/// A random, non-zero session id.
+fn new_session_id() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // RandomState is seeded from the OS per process.
+    std::collections::hash_map::RandomState::new().hash_one((n, std::process::id())).max(1)
+}
+
+/// Whether a failed proposal may have applied (so a retry must reuse its
+/// sequence number), or certainly did not (and retrying is also safe).
+fn retryable(e: &ClientError) -> bool {
+    match e {
+        ClientError::Unreachable { .. } => true,
+        ClientError::Status(s) => match s.metadata().get(ERROR_KEY).and_then(|v| v.to_str().ok()) {
+            Some("not-leader" | "proposal-dropped" | "timeout" | "stopped") => true,
+            Some(_) => false,
+            // No reason: the transport failed, the request may or may not have arrived.
+            None => matches!(
+                s.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled | tonic::Code::Unknown
+            ),
+        },
+        _ => false,
+    }
 }
 
 impl Client {
@@ -93,7 +145,27 @@ impl Client {
             return Err(ClientError::NoEndpoints);
         }
         let channels = vec![None; parsed.len()];
-        Ok(Self { endpoints: parsed, names, channels, current: 0 })
+        Ok(Self {
+            endpoints: parsed,
+            names,
+            channels,
+            current: 0,
+            session: new_session_id(),
+            sequence: 0,
+            retry_for: Duration::from_secs(15),
+        })
+    }
+
+    /// How long a proposal whose outcome is unknown keeps being retried
+    /// (default 15 s). Zero: never retry.
+    pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
+        self.retry_for = retry_for;
+        self
+    }
+
+    /// This session's id.
+    pub fn session(&self) -> u64 {
+        self.session
     }
 
     async fn channel(&mut self, i: usize) -> Result<ClientClient<Channel>, String> {
@@ -151,12 +223,30 @@ impl Client {
     }
 
     /// Proposes a command; returns the plugin's response once it applied.
+    /// Retries with the same sequence number while the outcome is unknown,
+    /// so the command applies at most once.
     pub async fn propose(&mut self, command: Vec<u8>) -> Result<ProposeResponse, ClientError> {
-        self.call(|mut c| {
-            let command = command.clone();
-            async move { c.propose(ProposeRequest { command, client_id: 0, sequence: 0 }).await }
-        })
-        .await
+        self.sequence += 1;
+        let (client_id, sequence) = (self.session, self.sequence);
+        let deadline = tokio::time::Instant::now() + self.retry_for;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let result = self
+                .call(|mut c| {
+                    let command = command.clone();
+                    async move { c.propose(ProposeRequest { command, client_id, sequence }).await }
+                })
+                .await;
+            match result {
+                Err(e) if retryable(&e) && tokio::time::Instant::now() + backoff < deadline => {
+                    tracing::debug!(error = %e, client_id, sequence, "retrying a proposal");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    self.current = (self.current + 1) % self.endpoints.len();
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Runs a read-only query at `consistency`.
