@@ -46,6 +46,16 @@ fn plugins(root: &Path, update: bool) -> anyhow::Result<()> {
             .env("RUSTC", dir.join("rustc"))
             .env("RUSTC_BOOTSTRAP", "1");
     }
+    // Panic messages embed source paths: keep this machine's out of the
+    // binaries (and the bytes the same wherever they are built).
+    let cargo_home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo"));
+    let flags = [
+        format!("--remap-path-prefix={}=/wasmraft", root.display()),
+        format!("--remap-path-prefix={}=/cargo", cargo_home.display()),
+    ];
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
     if let Ok(extra) = std::env::var("WASMRAFT_GUEST_CARGO_ARGS") {
         cmd.args(extra.split_whitespace());
     }

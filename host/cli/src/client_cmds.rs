@@ -78,6 +78,15 @@ pub struct DelArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// Watch keys starting with this (empty: every key).
+    #[arg(default_value = "")]
+    pub prefix: String,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub endpoints: Endpoints,
@@ -196,4 +205,21 @@ pub async fn propose(a: ProposeArgs) -> anyhow::Result<()> {
 pub async fn query(a: QueryArgs) -> anyhow::Result<()> {
     let bytes = a.endpoints.client()?.query(input(a.request, a.stdin)?, a.consistency.into()).await?;
     stdout_bytes(&bytes)
+}
+
+/// Prints `PUT key value` / `DELETE key` lines, one per event, like etcdctl.
+pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
+    use prost::Message;
+    use wasmraft_proto::mvccpb::{Event, event::EventType};
+    let mut stream = a.endpoints.client()?.watch(a.prefix.into_bytes()).await?;
+    while let Some(item) = stream.message().await? {
+        let ev = Event::decode(item.payload.as_slice()).context("event is not an mvccpb.Event (KV plugin?)")?;
+        let kv = ev.kv.unwrap_or_default();
+        let line = match EventType::try_from(ev.r#type) {
+            Ok(EventType::Put) => format!("PUT {} {}", String::from_utf8_lossy(&kv.key), String::from_utf8_lossy(&kv.value)),
+            _ => format!("DELETE {}", String::from_utf8_lossy(&kv.key)),
+        };
+        stdout_bytes(line.as_bytes())?;
+    }
+    Ok(())
 }

@@ -41,6 +41,9 @@ enum Command {
     Get(client_cmds::GetArgs),
     /// Delete KEY, or with --prefix every key under it; prints the number deleted (KV plugin).
     Del(client_cmds::DelArgs),
+    /// Print changes to keys under a prefix as they are applied (KV plugin),
+    /// until Ctrl-C.
+    Watch(client_cmds::WatchArgs),
     /// Show a node's Raft and plugin status.
     Status(client_cmds::StatusArgs),
     /// Propose a raw command to any plugin and print its response.
@@ -62,6 +65,7 @@ fn main() -> std::process::ExitCode {
             Command::Get(a) => client_cmds::get(a).await,
             Command::Del(a) => client_cmds::del(a).await,
             Command::Status(a) => client_cmds::status(a).await,
+            Command::Watch(a) => client_cmds::watch(a).await,
             Command::Propose(a) => client_cmds::propose(a).await,
             Command::Query(a) => client_cmds::query(a).await,
         }

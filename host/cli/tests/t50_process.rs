@@ -186,3 +186,48 @@ fn the_readme_plugin_builds_and_answers() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected a number"));
     assert_eq!(stdout(&node.cli(&["query", ""])), "8\n");
 }
+
+#[test]
+fn watch_prints_changes_under_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = DevNode::start(dir.path());
+    let mut watcher = Command::new(BIN)
+        .args(["watch", "app/"])
+        .env("WASMRAFT_ENDPOINTS", &node.endpoint)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = watcher.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    // The watcher subscribes asynchronously: write until it reports a write.
+    let mut first = None;
+    for n in 0..100 {
+        stdout(&node.cli(&["put", "other", "ignored"]));
+        stdout(&node.cli(&["put", "app/w", &n.to_string()]));
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+            first = Some(line);
+            break;
+        }
+    }
+    let first = first.expect("the watcher reported a put");
+    assert!(first.starts_with("PUT app/w "), "{first}");
+    stdout(&node.cli(&["del", "app/w"]));
+    let mut lines = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
+        let done = line == "DELETE app/w";
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(lines.last().map(String::as_str), Some("DELETE app/w"), "{lines:?}");
+    assert!(lines.iter().all(|l| l.contains("app/w")), "only keys under the prefix: {lines:?}");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+}

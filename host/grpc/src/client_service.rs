@@ -1,8 +1,11 @@
 use tonic::{Request, Response, Status};
 use wasmraft_node::{Consistency as NodeConsistency, Node, Role};
+use std::pin::Pin;
+
+use tokio_stream::Stream;
 use wasmraft_proto::v1::{
     Consistency, PluginInfo, ProposeRequest, ProposeResponse, QueryRequest, QueryResponse, StatusRequest,
-    StatusResponse, client_server::Client,
+    StatusResponse, WatchEvent, WatchRequest, client_server::Client,
 };
 
 use crate::forward::Forwarder;
@@ -33,8 +36,38 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
+type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Client for ClientService {
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let prefix = request.into_inner().prefix;
+        let mut events = self.node.subscribe();
+        let stream = async_stream_events(move |tx| async move {
+            loop {
+                match events.recv().await {
+                    Ok(ev) if ev.key.starts_with(&prefix) => {
+                        let item = WatchEvent { index: ev.index, key: ev.key.clone(), payload: ev.payload.clone() };
+                        if tx.send(Ok(item)).await.is_err() {
+                            return; // the watcher went away
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        let mut status = Status::resource_exhausted(format!("watcher fell {n} events behind"));
+                        status.metadata_mut().insert(wasmraft_proto::ERROR_KEY, "lagged".parse().expect("ascii"));
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(stream))
+    }
+
     async fn propose(&self, request: Request<ProposeRequest>) -> Result<Response<ProposeResponse>, Status> {
         let r = request.into_inner();
         match self.node.propose_as(r.command.clone(), r.client_id, r.sequence).await {
@@ -80,4 +113,15 @@ impl Client for ClientService {
             fatal: s.fatal.unwrap_or_default(),
         }))
     }
+}
+
+/// A stream fed by a task that `produce` runs with the sending half.
+fn async_stream_events<F, Fut>(produce: F) -> WatchStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<WatchEvent, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(produce(tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 use wasmraft_proto::v1::client_client::ClientClient;
-use wasmraft_proto::v1::{ProposeRequest, QueryRequest, StatusRequest};
-pub use wasmraft_proto::v1::{Consistency, ProposeResponse, StatusResponse};
+use wasmraft_proto::v1::{ProposeRequest, QueryRequest, StatusRequest, WatchRequest};
+pub use wasmraft_proto::v1::{Consistency, ProposeResponse, StatusResponse, WatchEvent};
 use wasmraft_proto::{ERROR_KEY, LEADER_KEY};
 
 /// A request failed.
@@ -257,6 +257,16 @@ impl Client {
         })
         .await
         .map(|r| r.result)
+    }
+
+    /// Events of entries applied from now on whose key starts with `prefix`,
+    /// from the first reachable node.
+    pub async fn watch(&mut self, prefix: Vec<u8>) -> Result<tonic::Streaming<WatchEvent>, ClientError> {
+        self.call(|mut c| {
+            let prefix = prefix.clone();
+            async move { c.watch(WatchRequest { prefix }).await }
+        })
+        .await
     }
 
     /// The status of the first reachable node.
