@@ -40,7 +40,7 @@ const ELECTION_TICKS: u64 = 10;
 /// How long a client waits for one operation before calling it unknown and
 /// moving to another endpoint (a paused node accepts connections but never
 /// answers).
-const OP_TIMEOUT: Duration = Duration::from_millis(1500);
+const OP_TIMEOUT: Duration = Duration::from_millis(1000);
 
 fn election_timeout() -> Duration {
     Duration::from_millis(TICK_MS * ELECTION_TICKS)
@@ -121,6 +121,7 @@ impl Cluster {
             .args(["run", "--config"])
             .arg(self.dir().join(format!("n{id}.toml")))
             .env("WASMRAFT_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -174,7 +175,7 @@ impl Cluster {
         self.spawn(id);
         let deadline = Instant::now() + Duration::from_secs(30);
         while status_of(self.addr(id)).await.is_none() {
-            assert!(Instant::now() < deadline, "node {id} did not come back\n{}", self.log_tails());
+            assert!(Instant::now() < deadline, "node {id} did not come back");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -189,20 +190,23 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut best: Option<(u64, u64)> = None;
+            let mut seen = Vec::new();
             for &id in candidates {
                 if !self.running.contains_key(&id) || self.paused.contains(&id) {
                     continue;
                 }
-                if let Some(s) = status_of(self.addr(id)).await {
+                let status = status_of(self.addr(id)).await;
+                if let Some(s) = &status {
                     if s.role == "leader" && best.is_none_or(|(term, _)| s.term > term) {
                         best = Some((s.term, id));
                     }
                 }
+                seen.push((id, status.map(|s| (s.role, s.term, s.leader_id, s.commit_index, s.applied_index))));
             }
             if let Some((_, id)) = best {
                 return id;
             }
-            assert!(Instant::now() < deadline, "no leader among {candidates:?}\n{}", self.log_tails());
+            assert!(Instant::now() < deadline, "no leader among {candidates:?}; (id, (role, term, leader, commit, applied)): {seen:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -563,6 +567,26 @@ fn assert_linearizable(cluster: &Cluster, rec: &KvRecorder, what: &str) {
     }
 }
 
+/// Four lease gets and one linearizable get of every key through `client`,
+/// concurrently, each recorded as client `first_id + i`.
+fn spawn_probes(
+    rec: &KvRecorder,
+    client: &Client,
+    first_id: u64,
+) -> Vec<tokio::task::JoinHandle<Result<KvOutput, bool>>> {
+    use Consistency::{Lease, Linearizable};
+    KEYS.iter()
+        .flat_map(|key| [Lease, Lease, Lease, Lease, Linearizable].map(|c| (*key, c)))
+        .enumerate()
+        .map(|(i, (key, consistency))| {
+            let (rec, mut client) = (rec.clone(), client.clone());
+            tokio::spawn(async move {
+                recorded_get(&rec, first_id + i as u64, &mut client, key, consistency, Duration::from_secs(10)).await
+            })
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------
@@ -635,32 +659,31 @@ async fn sigstop_leader_then_resume() {
             assert!(Instant::now() < deadline, "the new leader {new} acknowledged no write on {key}");
         }
     }
-    // Probes: lease and linearizable gets of every key, queued on the paused
-    // node's open connection.
-    let probes: Vec<_> = KEYS
-        .iter()
-        .flat_map(|key| [(key, Consistency::Lease), (key, Consistency::Linearizable)])
-        .enumerate()
-        .map(|(i, (key, consistency))| {
-            let (rec, mut client) = (load.recorder.clone(), probe_client.clone());
-            tokio::spawn(async move {
-                recorded_get(&rec, 200 + i as u64, &mut client, key, consistency, Duration::from_secs(10)).await
-            })
-        })
-        .collect();
-    // Pace the nemesis: keep the pause at least twice an election timeout,
-    // and let the probes reach the socket.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let min_pause = election_timeout() * 2;
-    if paused_at.elapsed() < min_pause {
-        tokio::time::sleep(min_pause - paused_at.elapsed()).await;
+    // Probes of every key, queued on the paused node's open connection, so
+    // invoked after the writes above: mostly lease gets (the path that trusts
+    // the old leader's clock), some linearizable.
+    let mut probes = spawn_probes(&load.recorder, &probe_client, 200);
+    // Pace the nemesis: keep the pause over twice an election timeout and
+    // until the clients, having timed out on the paused node, get writes
+    // done through the new leader.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while paused_at.elapsed() < election_timeout() * 2 || load.stats.ok_puts[1].load(Ordering::Relaxed) < 20 {
+        assert!(Instant::now() < deadline, "too few writes while {old} was paused: {}", load.stats.summary());
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cluster.cont(old);
     load.set_phase(2);
+    // More probes, sent the moment it resumes.
+    probes.extend(spawn_probes(&load.recorder, &probe_client, 300));
     eprintln!("resumed {old} after {:?}", paused_at.elapsed());
-    let mut answered = Vec::new();
+    let mut answered = BTreeMap::<String, usize>::new();
     for p in probes {
-        answered.push(p.await.unwrap());
+        let outcome = match p.await.unwrap() {
+            Ok(_) => "answered",
+            Err(false) => "refused",
+            Err(true) => "timed out",
+        };
+        *answered.entry(outcome.into()).or_default() += 1;
     }
     eprintln!("probes of the resumed node: {answered:?}");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -669,7 +692,6 @@ async fn sigstop_leader_then_resume() {
 
     assert_linearizable(&cluster, &rec, "SIGSTOP leader");
     assert!(stats.ok_in(0) >= 30, "too few operations before the pause: {}", stats.summary());
-    assert!(stats.ok_puts[1].load(Ordering::Relaxed) >= 5, "too few writes during the pause: {}", stats.summary());
     assert!(stats.ok_in(2) >= 20, "too few operations after the resume: {}", stats.summary());
 }
 

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Runs the same workloads against a local 3-member etcd cluster and a local
+# 3-node Wasmraft cluster, back to back, and prints one table row per system
+# and workload: req/s, latency, and operations per server CPU-second (the
+# three servers' user+system CPU from /proc).
+#
+#   benches/compare.sh                 # defaults below
+#   TOTAL=100000 A_TOTAL=10000 benches/compare.sh
+#
+# Needs: target/debug/wasmraft and wasmraft-bench (cargo build --workspace),
+# and etcd's tools via ../shared/tools (etcd-cluster.sh installs them), or
+# ETCD_TOOLS pointing at that directory. Both systems fsync before acking.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOOLS=${ETCD_TOOLS:-../shared/tools}
+TOTAL=${TOTAL:-50000}
+A_TOTAL=${A_TOTAL:-3000}
+CONNS=${CONNS:-200}
+CLIENTS=${CLIENTS:-1000}
+OUT=${OUT_DIR:-$(mktemp -d /tmp/wasmraft-compare.XXXXXX)}
+mkdir -p "$OUT"
+BIN=${WASMRAFT_BIN:-target/debug/wasmraft}
+BENCH=${WASMRAFT_BENCH:-target/debug/wasmraft-bench}
+CLK=$(getconf CLK_TCK)
+
+cpu_of() { # pids... -> seconds of user+system CPU
+  local t=0 p rest
+  for p in "$@"; do
+    rest=$(sed 's/^.*) //' "/proc/$p/stat"); set -- $rest
+    t=$((t + ${12} + ${13}))
+  done
+  awk -v t="$t" -v h="$CLK" 'BEGIN{printf "%.2f", t/h}'
+}
+
+echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
+echo "# system | workload | conns/clients | total | req/s | avg ms | p50 ms | p99 ms | server CPU s | ops per server CPU-s"
+
+# ---- etcd ----
+"$TOOLS/etcd-cluster.sh" start "$OUT/etcd" >/dev/null
+mapfile -t EPIDS < <("$TOOLS/etcd-cluster.sh" pids "$OUT/etcd")
+ETCD_PIDS="${EPIDS[*]}" WORKLOADS="a b c d" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
+  OUT_DIR="$OUT/etcd-raw" "$TOOLS/etcd-bench.sh" > "$OUT/etcd.txt" 2> "$OUT/etcd.err" || { cat "$OUT/etcd.err"; exit 1; }
+"$TOOLS/etcd-cluster.sh" stop "$OUT/etcd" >/dev/null
+sed 's/^/# etcd raw: /' "$OUT/etcd.txt"
+
+# ---- wasmraft ----
+PORTS=(7379 7380 7381)
+PEERS=$(printf '%s = "127.0.0.1:%s"\n' 1 7379 2 7380 3 7381)
+WPIDS=()
+for i in 1 2 3; do
+  cat > "$OUT/node$i.toml" <<TOML
+id = $i
+data_dir = "$OUT/wasmraft/node-$i"
+listen = "127.0.0.1:${PORTS[$((i-1))]}"
+[peers]
+$PEERS
+TOML
+  "$BIN" --log-level warn run --config "$OUT/node$i.toml" 2> "$OUT/node$i.log" &
+  WPIDS+=($!)
+done
+trap 'kill "${WPIDS[@]}" 2>/dev/null || true' EXIT
+EP=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381
+for _ in $(seq 100); do "$BIN" status --endpoints $EP 2>/dev/null | grep -q 'leader:   [0-9]' && break; sleep 0.1; done
+
+run() { # name conns clients total args...
+  local name=$1 conns=$2 clients=$3 total=$4; shift 4
+  local c0 c1 json
+  c0=$(cpu_of "${WPIDS[@]}")
+  json=$("$BENCH" --endpoints $EP --conns "$conns" --clients "$clients" --total "$total" \
+    --key-size 8 --value-size 256 --json --quiet "$@")
+  c1=$(cpu_of "${WPIDS[@]}")
+  echo "$json" > "$OUT/wasmraft-$name.json"
+  python3 - "$name" "$conns/$clients" "$total" "$c0" "$c1" "$json" <<'PY'
+import json, sys
+name, cc, total, c0, c1, raw = sys.argv[1:]
+j = json.loads(raw); cpu = float(c1) - float(c0); l = j["latency_ms"]
+print(f"wasmraft | {name} | {cc} | {total} | {j['requests_per_s']:.0f} | {l['avg']:.2f} | {l['p50']:.2f} | {l['p99']:.2f} | {cpu:.2f} | {j['ok']/cpu if cpu > 0 else 0:.0f}")
+PY
+}
+run put-1 1 1 "$A_TOTAL" --sequential-keys --target-leader put
+run put 200 1000 "$TOTAL" --sequential-keys put
+run range-l 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency l
+run range-s 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency s
+run range-e 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency e
+echo "# raw output in $OUT"
