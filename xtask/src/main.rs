@@ -40,6 +40,9 @@ fn plugins(root: &Path, update: bool) -> anyhow::Result<()> {
     let cargo = guest_cargo.clone().unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
     cmd.current_dir(&ws).args(["build", "--locked", "--release", "--target", "wasm32-unknown-unknown"]);
+    // Guests always build into plugins/target, where the tests look, even
+    // when CARGO_TARGET_DIR points the host build elsewhere (a CI cache).
+    cmd.env("CARGO_TARGET_DIR", ws.join("target"));
     if let Some(dir) = guest_cargo.as_deref().and_then(|c| Path::new(c).parent()) {
         let path = std::env::var("PATH").unwrap_or_default();
         cmd.env("PATH", format!("{}:{path}", dir.display()))
