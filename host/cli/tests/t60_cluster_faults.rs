@@ -322,8 +322,20 @@ async fn recorded_put(rec: &KvRecorder, who: u64, client: &mut Client, key: &str
     }
 }
 
-/// Gets `key` at `consistency` and records it: ok with the value, or left out
-/// on an error. `Err(timed_out)` when it did not return.
+/// The id a read is recorded under: `who` for linearizable reads, `1000 +
+/// who` for lease reads and `2000 + who` for eventual ones, so that a failing
+/// history shows which read path served each read.
+fn reader(who: u64, consistency: Consistency) -> u64 {
+    match consistency {
+        Consistency::Linearizable => who,
+        Consistency::Lease => 1000 + who,
+        Consistency::Eventual => 2000 + who,
+    }
+}
+
+/// Gets `key` at `consistency` and records it (as [`reader`]`(who,
+/// consistency)`): ok with the value, or left out on an error.
+/// `Err(timed_out)` when it did not return.
 async fn recorded_get(
     rec: &KvRecorder,
     who: u64,
@@ -332,7 +344,7 @@ async fn recorded_get(
     consistency: Consistency,
     timeout: Duration,
 ) -> Result<KvOutput, bool> {
-    let op = rec.invoke(who, KvInput::get(key));
+    let op = rec.invoke(reader(who, consistency), KvInput::get(key));
     match tokio::time::timeout(timeout, client.query(range_request(key, b""), consistency)).await {
         Ok(Ok(bytes)) => {
             let out = get_output(&bytes);
@@ -504,7 +516,7 @@ async fn client_loop(
             }
         } else {
             let consistency = reads[rng.below(reads.len())];
-            let op = rec.invoke(id, KvInput::get(key));
+            let op = rec.invoke(reader(id, consistency), KvInput::get(key));
             match tokio::time::timeout(OP_TIMEOUT, client.query(range_request(key, b""), consistency)).await {
                 Ok(Ok(bytes)) => {
                     op.ok(get_output(&bytes));
@@ -562,16 +574,20 @@ fn assert_linearizable(cluster: &Cluster, rec: &KvRecorder, what: &str) {
         report.result
     );
     if !report.result.is_ok() {
+        cluster.save("verdict.txt", &format!("{}", report.result));
         let path = cluster.save("history.txt", &format!("{history}"));
         panic!("{what}: {}\nfull history: {}", report.result, path.display());
     }
 }
 
-/// Four lease gets and one linearizable get of every key through `client`,
-/// concurrently, each recorded as client `first_id + i`.
+/// Four lease gets and one linearizable get of every key, concurrently,
+/// recorded as [`reader`]`(first_id + i, ..)`: through `shared` (a connection
+/// opened before the pause) if given, else each on a new connection to
+/// `addr`.
 fn spawn_probes(
     rec: &KvRecorder,
-    client: &Client,
+    addr: &str,
+    shared: Option<&Client>,
     first_id: u64,
 ) -> Vec<tokio::task::JoinHandle<Result<KvOutput, bool>>> {
     use Consistency::{Lease, Linearizable};
@@ -579,7 +595,8 @@ fn spawn_probes(
         .flat_map(|key| [Lease, Lease, Lease, Lease, Linearizable].map(|c| (*key, c)))
         .enumerate()
         .map(|(i, (key, consistency))| {
-            let (rec, mut client) = (rec.clone(), client.clone());
+            let rec = rec.clone();
+            let mut client = shared.cloned().unwrap_or_else(|| Client::new([addr]).unwrap());
             tokio::spawn(async move {
                 recorded_get(&rec, first_id + i as u64, &mut client, key, consistency, Duration::from_secs(10)).await
             })
@@ -659,10 +676,12 @@ async fn sigstop_leader_then_resume() {
             assert!(Instant::now() < deadline, "the new leader {new} acknowledged no write on {key}");
         }
     }
-    // Probes of every key, queued on the paused node's open connection, so
-    // invoked after the writes above: mostly lease gets (the path that trusts
-    // the old leader's clock), some linearizable.
-    let mut probes = spawn_probes(&load.recorder, &probe_client, 200);
+    // Probes of every key, queued in the paused node's sockets, so invoked
+    // after the writes above: mostly lease gets (the path that trusts the old
+    // leader's sense of time), some linearizable; on the connection opened
+    // before the pause and on new ones.
+    let mut probes = spawn_probes(&load.recorder, cluster.addr(old), Some(&probe_client), 200);
+    probes.extend(spawn_probes(&load.recorder, cluster.addr(old), None, 300));
     // Pace the nemesis: keep the pause over twice an election timeout and
     // until the clients, having timed out on the paused node, get writes
     // done through the new leader.
@@ -674,7 +693,7 @@ async fn sigstop_leader_then_resume() {
     cluster.cont(old);
     load.set_phase(2);
     // More probes, sent the moment it resumes.
-    probes.extend(spawn_probes(&load.recorder, &probe_client, 300));
+    probes.extend(spawn_probes(&load.recorder, cluster.addr(old), Some(&probe_client), 400));
     eprintln!("resumed {old} after {:?}", paused_at.elapsed());
     let mut answered = BTreeMap::<String, usize>::new();
     for p in probes {
