@@ -50,6 +50,8 @@ pub struct RaftSection {
     pub tick_ms: u64,
     pub election_ticks: u64,
     pub heartbeat_ticks: u64,
+    /// Snapshot and compact the log after this many applied entries (0: never).
+    pub snapshot_entries: u64,
 }
 
 impl Default for RaftSection {
@@ -59,6 +61,7 @@ impl Default for RaftSection {
             tick_ms: d.tick_interval.as_millis() as u64,
             election_ticks: d.election_ticks,
             heartbeat_ticks: d.heartbeat_ticks,
+            snapshot_entries: d.snapshot_entries,
         }
     }
 }
@@ -127,6 +130,7 @@ impl FileConfig {
             tick_interval: Duration::from_millis(self.raft.tick_ms),
             election_ticks: self.raft.election_ticks,
             heartbeat_ticks: self.raft.heartbeat_ticks,
+            snapshot_entries: self.raft.snapshot_entries,
             sync_log: self.sync_log,
             plugin: PluginConfig {
                 fuel_per_entry: self.limits.fuel_per_entry,

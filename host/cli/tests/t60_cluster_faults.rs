@@ -580,28 +580,17 @@ fn assert_linearizable(cluster: &Cluster, rec: &KvRecorder, what: &str) {
     }
 }
 
-/// Four lease gets and one linearizable get of every key, concurrently,
-/// recorded as [`reader`]`(first_id + i, ..)`: through `shared` (a connection
-/// opened before the pause) if given, else each on a new connection to
-/// `addr`.
-fn spawn_probes(
+/// A get of `key` at `consistency` through `client`, in its own task,
+/// recorded as [`reader`]`(who, consistency)`.
+fn spawn_probe(
     rec: &KvRecorder,
-    addr: &str,
-    shared: Option<&Client>,
-    first_id: u64,
-) -> Vec<tokio::task::JoinHandle<Result<KvOutput, bool>>> {
-    use Consistency::{Lease, Linearizable};
-    KEYS.iter()
-        .flat_map(|key| [Lease, Lease, Lease, Lease, Linearizable].map(|c| (*key, c)))
-        .enumerate()
-        .map(|(i, (key, consistency))| {
-            let rec = rec.clone();
-            let mut client = shared.cloned().unwrap_or_else(|| Client::new([addr]).unwrap());
-            tokio::spawn(async move {
-                recorded_get(&rec, first_id + i as u64, &mut client, key, consistency, Duration::from_secs(10)).await
-            })
-        })
-        .collect()
+    mut client: Client,
+    who: u64,
+    key: &'static str,
+    consistency: Consistency,
+) -> tokio::task::JoinHandle<Result<KvOutput, bool>> {
+    let rec = rec.clone();
+    tokio::spawn(async move { recorded_get(&rec, who, &mut client, key, consistency, Duration::from_secs(10)).await })
 }
 
 // ---------------------------------------------------------------------------
@@ -679,21 +668,41 @@ async fn sigstop_leader_then_resume() {
     // Probes of every key, queued in the paused node's sockets, so invoked
     // after the writes above: mostly lease gets (the path that trusts the old
     // leader's sense of time), some linearizable; on the connection opened
-    // before the pause and on new ones.
-    let mut probes = spawn_probes(&load.recorder, cluster.addr(old), Some(&probe_client), 200);
-    probes.extend(spawn_probes(&load.recorder, cluster.addr(old), None, 300));
+    // before the pause, and on a new connection each, sent all through the
+    // pause (which of them the resumed node reads first is up to its
+    // scheduler).
+    use Consistency::{Lease, Linearizable};
+    let mut probes = Vec::new();
+    let mut probe_id = 200;
+    let mut next_id = || {
+        probe_id += 1;
+        probe_id
+    };
+    for key in KEYS {
+        for c in [Lease, Lease, Linearizable] {
+            probes.push(spawn_probe(&load.recorder, probe_client.clone(), next_id(), key, c));
+        }
+    }
     // Pace the nemesis: keep the pause over twice an election timeout and
     // until the clients, having timed out on the paused node, get writes
     // done through the new leader.
     let deadline = Instant::now() + Duration::from_secs(15);
     while paused_at.elapsed() < election_timeout() * 2 || load.stats.ok_puts[1].load(Ordering::Relaxed) < 20 {
         assert!(Instant::now() < deadline, "too few writes while {old} was paused: {}", load.stats.summary());
+        if probes.len() < 300 {
+            for key in KEYS {
+                let fresh = Client::new([cluster.addr(old)]).unwrap();
+                probes.push(spawn_probe(&load.recorder, fresh, next_id(), key, Lease));
+            }
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cluster.cont(old);
     load.set_phase(2);
     // More probes, sent the moment it resumes.
-    probes.extend(spawn_probes(&load.recorder, cluster.addr(old), Some(&probe_client), 400));
+    for key in KEYS {
+        probes.push(spawn_probe(&load.recorder, probe_client.clone(), next_id(), key, Lease));
+    }
     eprintln!("resumed {old} after {:?}", paused_at.elapsed());
     let mut answered = BTreeMap::<String, usize>::new();
     for p in probes {

@@ -1,6 +1,7 @@
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
-use wasmraft_node::Node;
+use wasmraft_node::{Node, SnapshotData};
+use wasmraft_raft::{Message, MessageBody, NodeId, Term};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_server::Raft;
 use wasmraft_proto::v1::{InstallSnapshotResponse, RaftBatch, SendAck, SnapshotChunk};
@@ -36,8 +37,33 @@ impl Raft for RaftService {
 
     async fn install_snapshot(
         &self,
-        _request: Request<Streaming<SnapshotChunk>>,
+        request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<InstallSnapshotResponse>, Status> {
-        Err(Status::unimplemented("snapshot transfer is not supported by this node yet"))
+        let mut stream = request.into_inner();
+        let mut header = None;
+        let mut data = SnapshotData::default();
+        let mut complete = false;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if header.is_none() {
+                let meta = convert::from_snapshot_meta(chunk.meta).map_err(|e| Status::invalid_argument(e.to_string()))?;
+                header = Some((meta, chunk.from, chunk.term));
+            }
+            data.state.extend(chunk.pairs.into_iter().map(|p| (p.key, p.value)));
+            data.sessions.extend(chunk.sessions.into_iter().map(|p| (p.key, p.value)));
+            complete |= chunk.last;
+        }
+        let (meta, from, term) = header.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        if !complete || from == 0 {
+            return Err(Status::invalid_argument("incomplete snapshot stream"));
+        }
+        let message = Message {
+            from: NodeId(from),
+            to: NodeId(self.node.id()),
+            term: Term(term),
+            body: MessageBody::InstallSnapshot { meta },
+        };
+        self.node.receive_snapshot(message, data);
+        Ok(Response::new(InstallSnapshotResponse { accepted: true }))
     }
 }

@@ -6,16 +6,19 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
-use wasmraft_node::Transport;
+use wasmraft_node::{SnapshotData, SnapshotDone, SnapshotLoader, Transport};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_client::RaftClient;
-use wasmraft_proto::v1::{RaftBatch, RaftMessage};
-use wasmraft_raft::{Message, NodeId};
+use wasmraft_proto::v1::{KeyValuePair, RaftBatch, RaftMessage, SnapshotChunk};
+use wasmraft_raft::{Message, MessageBody, NodeId};
 
 /// Messages queued for one peer before new ones are dropped (Raft resends).
 const QUEUE: usize = 16 * 1024;
 /// The most messages sent in one batch.
 const BATCH: usize = 1024;
+
+/// Pairs per snapshot chunk.
+const CHUNK_PAIRS: usize = 1024;
 
 /// Sends Raft messages to peers over gRPC. Each peer gets a task that keeps
 /// one stream open, reconnecting after failures, and sends whatever has
@@ -24,6 +27,8 @@ const BATCH: usize = 1024;
 #[derive(Debug)]
 pub struct GrpcTransport {
     peers: HashMap<NodeId, mpsc::Sender<RaftMessage>>,
+    addresses: BTreeMap<u64, String>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl GrpcTransport {
@@ -39,7 +44,7 @@ impl GrpcTransport {
             runtime.spawn(peer_task(id, addr.clone(), rx));
             senders.insert(NodeId(id), tx);
         }
-        Self { peers: senders }
+        Self { peers: senders, addresses: peers.clone(), runtime: runtime.clone() }
     }
 }
 
@@ -56,6 +61,53 @@ impl Transport for GrpcTransport {
             }
         }
     }
+
+    fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {
+        let Some(addr) = self.addresses.get(&message.to.0).cloned() else {
+            done(false);
+            return;
+        };
+        self.runtime.spawn(async move {
+            let to = message.to.0;
+            let result = async {
+                let data = tokio::task::spawn_blocking(load).await.map_err(|e| e.to_string())??;
+                stream_snapshot(&addr, message, data).await
+            }
+            .await;
+            if let Err(e) = &result {
+                tracing::warn!(peer = to, error = %e, "sending a snapshot failed");
+            }
+            done(result.is_ok());
+        });
+    }
+}
+
+/// Streams a snapshot in chunks of [`CHUNK_PAIRS`] pairs; the first chunk
+/// carries the metadata, the last one says so.
+async fn stream_snapshot(addr: &str, message: Message, data: SnapshotData) -> Result<(), String> {
+    let MessageBody::InstallSnapshot { meta } = &message.body else {
+        return Err("not an InstallSnapshot message".into());
+    };
+    let uri = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
+    let channel = Endpoint::from_shared(uri).map_err(|e| e.to_string())?.connect().await.map_err(|e| e.to_string())?;
+    let mut client = RaftClient::new(channel).max_encoding_message_size(256 << 20);
+    let pair = |(k, v): &(Vec<u8>, Vec<u8>)| KeyValuePair { key: k.clone(), value: v.clone() };
+    let mut chunks: Vec<SnapshotChunk> = data
+        .state
+        .chunks(CHUNK_PAIRS)
+        .map(|c| SnapshotChunk { pairs: c.iter().map(pair).collect(), ..Default::default() })
+        .collect();
+    if chunks.is_empty() {
+        chunks.push(SnapshotChunk::default());
+    }
+    chunks[0].meta = Some(convert::snapshot_meta(meta));
+    chunks[0].from = message.from.0;
+    chunks[0].term = message.term.0;
+    let last = chunks.len() - 1;
+    chunks[last].sessions = data.sessions.iter().map(pair).collect();
+    chunks[last].last = true;
+    let response = client.install_snapshot(tokio_stream::iter(chunks)).await.map_err(|e| e.to_string())?;
+    if response.into_inner().accepted { Ok(()) } else { Err("the follower refused the snapshot".into()) }
 }
 
 async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>) {

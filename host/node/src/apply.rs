@@ -8,9 +8,9 @@ use std::sync::mpsc::{Receiver, Sender};
 
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
-use wasmraft_raft::{EntryPayload, Index, LogId, Term};
+use wasmraft_raft::{EntryPayload, Index, LogId, SnapshotMeta, Term};
 use wasmraft_runtime::{EntryEvent, EntryInput, StateView};
-use wasmraft_storage::{StateWrite, Storage};
+use wasmraft_storage::{SnapshotData, StateWrite, Storage};
 
 use crate::envelope::Envelope;
 use crate::error::Error;
@@ -24,6 +24,8 @@ pub(crate) enum ApplyTask {
     Await { index: Index, term: Term, reply: ProposeReply },
     /// Committed entries, in log order.
     Apply(Vec<wasmraft_raft::Entry>),
+    /// Make a snapshot from the leader current; answer on `done`.
+    InstallSnapshot { meta: SnapshotMeta, data: SnapshotData, done: std::sync::mpsc::Sender<Result<(), String>> },
 }
 
 pub(crate) struct ApplyWorker {
@@ -37,6 +39,10 @@ pub(crate) struct ApplyWorker {
     pub waiters: BTreeMap<Index, (Term, ProposeReply)>,
     pub last_applied: LogId,
     pub sessions: Sessions,
+    /// Snapshot after this many applied entries (0: never).
+    pub snapshot_entries: u64,
+    /// The index of the latest snapshot.
+    pub snapshot_index: u64,
 }
 
 impl ApplyWorker {
@@ -51,8 +57,16 @@ impl ApplyWorker {
                         self.waiters.insert(index, (term, reply));
                     }
                 }
+                ApplyTask::InstallSnapshot { meta, data, done } => {
+                    let result = self.install_snapshot(meta, data);
+                    let failed = result.is_err();
+                    let _ = done.send(result);
+                    if failed {
+                        return;
+                    }
+                }
                 ApplyTask::Apply(entries) => {
-                    if let Err(fatal) = self.apply(entries) {
+                    if let Err(fatal) = self.apply(entries).and_then(|()| self.maybe_snapshot()) {
                         tracing::error!(error = %fatal, "apply failed; this node stops applying");
                         self.status.lock().fatal = Some(fatal.clone());
                         for (_, (_, reply)) in std::mem::take(&mut self.waiters) {
@@ -63,6 +77,41 @@ impl ApplyWorker {
                 }
             }
         }
+    }
+
+    fn maybe_snapshot(&mut self) -> Result<(), String> {
+        if self.snapshot_entries == 0 || self.last_applied.index.0 < self.snapshot_index + self.snapshot_entries {
+            return Ok(());
+        }
+        let meta = self.storage.take_snapshot().map_err(|e| format!("taking a snapshot: {e}"))?;
+        tracing::info!(index = meta.last.index.0, "took a snapshot and compacted the log");
+        self.snapshot_index = meta.last.index.0;
+        Ok(())
+    }
+
+    fn install_snapshot(&mut self, meta: SnapshotMeta, data: SnapshotData) -> Result<(), String> {
+        let sessions = data.sessions.iter().map(|(id, v)| {
+            let id: [u8; 8] = id.as_slice().try_into().map_err(|_| "malformed session id in snapshot".to_string())?;
+            Ok((u64::from_be_bytes(id), v.clone()))
+        });
+        let sessions = Sessions::load(sessions.collect::<Result<Vec<_>, String>>()?)?;
+        self.storage.install_snapshot(&meta, &data).map_err(|e| format!("installing a snapshot: {e}"))?;
+        tracing::info!(index = meta.last.index.0, keys = data.state.len(), "installed a snapshot from the leader");
+        self.sessions = sessions;
+        self.last_applied = meta.last;
+        self.snapshot_index = meta.last.index.0;
+        // Proposals waiting at covered indexes were decided by the leader's
+        // log; their outcome is not known here.
+        let covered: Vec<Index> = self.waiters.range(..=meta.last.index).map(|(i, _)| *i).collect();
+        for i in covered {
+            if let Some((_, reply)) = self.waiters.remove(&i) {
+                let _ = reply.send(Err(Error::ProposalDropped));
+            }
+        }
+        self.status.lock().applied = meta.last.index.0;
+        self.applied.send_replace(meta.last.index.0);
+        let _ = self.raft.send(LoopMsg::Applied(meta.last.index));
+        Ok(())
     }
 
     fn apply(&mut self, entries: Vec<wasmraft_raft::Entry>) -> Result<(), String> {
@@ -111,7 +160,13 @@ impl ApplyWorker {
                         }
                     }
                 },
-                _ => Plan::Done(Err(Error::ProposalDropped)),
+                EntryPayload::Membership(m) => {
+                    // Recorded before the batch's applied index, so a snapshot
+                    // always carries the membership of its index.
+                    self.storage.set_applied_membership(m).map_err(|e| e.to_string())?;
+                    Plan::Done(Err(Error::ProposalDropped))
+                }
+                EntryPayload::Blank => Plan::Done(Err(Error::ProposalDropped)),
             };
             plans.push(plan);
         }

@@ -31,6 +31,9 @@ pub struct NodeConfig {
     /// The voters of a new cluster, used once when the data directory is
     /// empty. Empty means a cluster of this node alone.
     pub bootstrap_voters: Vec<u64>,
+    /// Take a snapshot and compact the log after this many applied entries
+    /// (0: never).
+    pub snapshot_entries: u64,
 }
 
 impl Default for NodeConfig {
@@ -47,6 +50,7 @@ impl Default for NodeConfig {
             max_command_bytes: 2 << 20,
             seed: None,
             bootstrap_voters: Vec::new(),
+            snapshot_entries: 10_000,
         }
     }
 }

@@ -33,6 +33,7 @@ pub use kv_plugin::KV_PLUGIN;
 pub use local_cluster::LocalCluster;
 pub use node::{Applied, Consistency, Node, NodeStatus};
 pub use state_machine::{QueryHandler, StateMachine};
-pub use transport::{NoPeers, Transport};
+pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};
+pub use wasmraft_storage::SnapshotData;
 pub use wasmraft_raft::{NodeId, Role};
 pub use wasmraft_runtime::{EntryEvent, PluginConfig, PluginInfo};

@@ -13,7 +13,7 @@ use wasmraft_raft::{Message, NodeId};
 use crate::config::NodeConfig;
 use crate::error::{Error, StartError};
 use crate::node::Node;
-use crate::transport::Transport;
+use crate::transport::{SnapshotDone, SnapshotLoader, Transport};
 
 type Registry = Arc<RwLock<HashMap<NodeId, Node>>>;
 
@@ -32,17 +32,32 @@ impl Transport for LocalTransport {
             }
         }
     }
+
+    fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {
+        let registry = self.registry.clone();
+        std::thread::spawn(move || {
+            let target = registry.read().get(&message.to).cloned();
+            match (target, load()) {
+                (Some(node), Ok(data)) => {
+                    node.receive_snapshot(message, data);
+                    done(true);
+                }
+                _ => done(false),
+            }
+        });
+    }
 }
 
 /// Nodes 1..=n of one cluster, in this process. Dropping it stops them all.
 pub struct LocalCluster {
-    nodes: Vec<Node>,
     registry: Registry,
+    configs: Vec<NodeConfig>,
+    wasm: Vec<u8>,
 }
 
 impl std::fmt::Debug for LocalCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalCluster").field("nodes", &self.nodes.len()).finish()
+        f.debug_struct("LocalCluster").field("nodes", &self.registry.read().len()).finish()
     }
 }
 
@@ -63,24 +78,33 @@ impl LocalCluster {
         configure: impl Fn(&mut NodeConfig),
     ) -> Result<Self, StartError> {
         let registry: Registry = Arc::default();
-        let mut nodes = Vec::new();
+        let mut configs = Vec::new();
         for id in 1..=n {
             let mut config = NodeConfig::default();
             configure(&mut config);
             config.id = id;
             config.data_dir = dir.join(format!("node-{id}"));
             config.bootstrap_voters = (1..=n).collect();
-            let node = Node::start_with_transport(config, wasm, LocalTransport { registry: registry.clone() })?;
-            registry.write().insert(NodeId(id), node.clone());
-            nodes.push(node);
+            let node = Node::start_with_transport(config.clone(), wasm, LocalTransport { registry: registry.clone() })?;
+            registry.write().insert(NodeId(id), node);
+            configs.push(config);
         }
-        Ok(Self { nodes, registry })
+        Ok(Self { registry, configs, wasm: wasm.to_vec() })
+    }
+
+    /// Starts node `id` again from its data directory after [`Self::stop`].
+    pub fn restart(&mut self, id: u64) -> Result<Node, StartError> {
+        let config = self.configs[(id - 1) as usize].clone();
+        let node = Node::start_with_transport(config, &self.wasm, LocalTransport { registry: self.registry.clone() })?;
+        self.registry.write().insert(NodeId(id), node.clone());
+        Ok(node)
     }
 
     /// The running nodes, in id order.
     pub fn nodes(&self) -> Vec<Node> {
-        let registry = self.registry.read();
-        self.nodes.iter().filter(|n| registry.contains_key(&NodeId(n.id()))).cloned().collect()
+        let mut nodes: Vec<Node> = self.registry.read().values().cloned().collect();
+        nodes.sort_by_key(Node::id);
+        nodes
     }
 
     /// The node that currently leads, waiting for an election if needed.
@@ -99,7 +123,8 @@ impl LocalCluster {
         }
     }
 
-    /// Stops node `id` (as a crash would: it answers nothing more).
+    /// Stops node `id` (as a crash would: it answers nothing more). Drop
+    /// every handle to it before [`Self::restart`], which reopens its data.
     pub fn stop(&self, id: u64) {
         if let Some(node) = self.registry.write().remove(&NodeId(id)) {
             node.shutdown();

@@ -159,6 +159,8 @@ impl Node {
             waiters: BTreeMap::new(),
             last_applied: applied,
             sessions: Sessions::load(storage.sessions()?).map_err(StartError::Recovery)?,
+            snapshot_entries: config.snapshot_entries,
+            snapshot_index: storage.snapshot()?.map_or(0, |m| m.last.index.0),
         };
         let raft_loop = RaftLoop {
             raw,
@@ -172,6 +174,8 @@ impl Node {
             pending_reads: HashMap::new(),
             next_read_id: 0,
             last_stamp_ms: 0,
+            received_snapshot: None,
+            self_tx: raft_tx.clone(),
         };
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(format!("{name}-{}", config.id)).spawn(f).expect("spawn a thread")
@@ -283,6 +287,12 @@ impl Node {
     /// message is dropped if the node has stopped (Raft tolerates loss).
     pub fn step(&self, message: wasmraft_raft::Message) {
         let _ = self.inner.raft.send(LoopMsg::Step(message));
+    }
+
+    /// Hands a snapshot received from the leader to this node: its data,
+    /// and the `InstallSnapshot` message that announced it.
+    pub fn receive_snapshot(&self, message: wasmraft_raft::Message, data: wasmraft_storage::SnapshotData) {
+        let _ = self.inner.raft.send(LoopMsg::ReceiveSnapshot(message, data));
     }
 
     /// A snapshot of this node's state.

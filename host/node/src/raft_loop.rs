@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
-use wasmraft_raft::{Index, Message, ProposeError, RawNode, ReadId, Role};
-use wasmraft_storage::Storage;
+use wasmraft_raft::{Index, LogId, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId, Role};
+use wasmraft_storage::{SnapshotData, Storage};
 
 use crate::apply::ApplyTask;
 use crate::envelope::Envelope;
@@ -29,6 +29,10 @@ pub(crate) enum LoopMsg {
     /// A lease read: the commit index if the lease holds, else a ReadIndex.
     LeaseRead { reply: IndexReply },
     Step(Message),
+    /// A snapshot from the leader: its data, then its message to step.
+    ReceiveSnapshot(Message, SnapshotData),
+    /// The outcome of sending a snapshot to a peer.
+    SnapshotSent { peer: NodeId, ok: bool },
     /// The apply worker has applied through this index.
     Applied(Index),
     Shutdown,
@@ -48,6 +52,10 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub next_read_id: u64,
     /// The last timestamp stamped on a command: stamps never go backwards.
     pub last_stamp_ms: u64,
+    /// The data of the snapshot last received, until the core installs it.
+    pub received_snapshot: Option<(LogId, SnapshotData)>,
+    /// This loop's own inbox, for transport callbacks.
+    pub self_tx: std::sync::mpsc::Sender<LoopMsg>,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -78,6 +86,15 @@ impl<T: Transport> RaftLoop<T> {
                         }
                     }
                     LoopMsg::Applied(index) => self.raw.applied_to(index),
+                    LoopMsg::ReceiveSnapshot(m, data) => {
+                        if let MessageBody::InstallSnapshot { meta } = &m.body {
+                            self.received_snapshot = Some((meta.last, data));
+                        }
+                        if let Err(e) = self.raw.step(m) {
+                            tracing::warn!(error = %e, "dropped a snapshot message");
+                        }
+                    }
+                    LoopMsg::SnapshotSent { peer, ok } => self.raw.report_snapshot(peer, ok),
                     LoopMsg::Shutdown => return,
                 }
             }
@@ -163,6 +180,26 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
+    /// Sends messages; snapshots go with their data, read from storage by
+    /// the transport.
+    fn send(&mut self, messages: Vec<Message>) {
+        let (snapshots, rest): (Vec<_>, Vec<_>) =
+            messages.into_iter().partition(|m| matches!(m.body, MessageBody::InstallSnapshot { .. }));
+        self.transport.send(rest);
+        for m in snapshots {
+            let MessageBody::InstallSnapshot { meta } = &m.body else { unreachable!() };
+            let (storage, index, peer, tx) = (self.storage.clone(), meta.last.index, m.to, self.self_tx.clone());
+            tracing::info!(peer = peer.0, index = index.0, "sending a snapshot");
+            self.transport.send_snapshot(
+                m,
+                Box::new(move || storage.read_snapshot(index).map_err(|e| e.to_string())),
+                Box::new(move |ok| {
+                    let _ = tx.send(LoopMsg::SnapshotSent { peer, ok });
+                }),
+            );
+        }
+    }
+
     fn handle_readies(&mut self) -> Result<(), String> {
         while self.raw.has_ready() {
             let mut rd = self.raw.ready();
@@ -181,16 +218,24 @@ impl<T: Transport> RaftLoop<T> {
                     }
                 }
             }
-            self.transport.send(std::mem::take(&mut rd.messages));
-            if rd.snapshot.is_some() {
-                return Err("snapshot installation is not supported by this node yet".into());
+            self.send(std::mem::take(&mut rd.messages));
+            if let Some(meta) = rd.snapshot.clone() {
+                let data = match self.received_snapshot.take() {
+                    Some((last, data)) if last == meta.last => data,
+                    _ => return Err(format!("no data for the snapshot at {} to install", meta.last)),
+                };
+                // Installed by the apply thread, after everything it was given
+                // before, and durably so before this Ready is acknowledged.
+                let (done, wait) = std::sync::mpsc::channel();
+                let _ = self.apply_tx.send(ApplyTask::InstallSnapshot { meta, data, done });
+                wait.recv().map_err(|_| "the apply thread stopped".to_string())??;
             }
             if !rd.entries.is_empty() || rd.hard_state.is_some() {
                 self.storage
                     .append(&rd.entries, rd.hard_state.as_ref(), rd.must_sync && self.sync_log)
                     .map_err(|e| e.to_string())?;
             }
-            self.transport.send(std::mem::take(&mut rd.persisted_messages));
+            self.send(std::mem::take(&mut rd.persisted_messages));
             if !rd.committed_entries.is_empty() {
                 let _ = self.apply_tx.send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
             }

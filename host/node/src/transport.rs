@@ -1,4 +1,10 @@
 use wasmraft_raft::Message;
+use wasmraft_storage::SnapshotData;
+
+/// Reads the snapshot to send (on the transport's own thread or task).
+pub type SnapshotLoader = Box<dyn FnOnce() -> Result<SnapshotData, String> + Send>;
+/// Reports whether the follower accepted the snapshot.
+pub type SnapshotDone = Box<dyn FnOnce(bool) + Send>;
 
 /// Sends Raft messages to peers. Implemented over gRPC by `wasmraft-grpc`.
 ///
@@ -8,6 +14,11 @@ use wasmraft_raft::Message;
 pub trait Transport: Send + 'static {
     /// Queues `messages` for delivery.
     fn send(&mut self, messages: Vec<Message>);
+
+    /// Sends an `InstallSnapshot` message together with the snapshot's data,
+    /// which `load` reads; calls `done` with the outcome. Must not block.
+    /// The recipient hands both to [`crate::Node::receive_snapshot`].
+    fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone);
 }
 
 /// The transport of a single-node cluster: there is nobody to talk to.
@@ -19,5 +30,10 @@ impl Transport for NoPeers {
         for m in messages {
             tracing::warn!(to = m.to.0, kind = m.body.kind(), "dropping a message: this node has no peers");
         }
+    }
+
+    fn send_snapshot(&mut self, message: Message, _load: SnapshotLoader, done: SnapshotDone) {
+        tracing::warn!(to = message.to.0, "dropping a snapshot: this node has no peers");
+        done(false);
     }
 }

@@ -63,3 +63,44 @@ async fn a_new_leader_takes_over_and_keeps_every_acknowledged_write() {
         assert_eq!(get(&node, "after", Consistency::Linearizable).await, Some(b"2".to_vec()));
     }
 }
+
+/// A follower that was down while the leader compacted its log catches up
+/// from a snapshot: state, sessions and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_follower_catches_up_from_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, |c| {
+        fast(c);
+        c.snapshot_entries = 100;
+    })
+    .unwrap();
+    let leader = cluster.leader().await.unwrap();
+    let lagging = (1..=3).find(|id| *id != leader.id()).unwrap();
+    cluster.stop(lagging);
+    for i in 0..450 {
+        leader.propose_as(put(&format!("k{i:03}"), &format!("v{i}")), 7, i + 1).await.unwrap();
+    }
+    let (first, _) = leader.storage().log_bounds();
+    assert!(first.0 > 300, "the leader compacted its log (first index {first})");
+
+    let node = cluster.restart(lagging).unwrap();
+    let applied_on_leader = leader.status().applied;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while node.status().applied < applied_on_leader {
+        assert!(tokio::time::Instant::now() < deadline, "follower stuck at {}", node.status().applied);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(node.storage().snapshot().unwrap().is_some(), "the follower installed a snapshot");
+    for i in [0, 123, 449] {
+        assert_eq!(get(&node, &format!("k{i:03}"), Consistency::Eventual).await, Some(format!("v{i}").into_bytes()));
+    }
+    // Its client sessions came along: a retry of an applied sequence is
+    // answered, not applied again, even through the new node.
+    let leader = cluster.leader().await.unwrap();
+    let retry = leader.propose_as(put("k449", "changed"), 7, 450).await.unwrap();
+    assert!(!retry.response.is_empty());
+    assert_eq!(get(&node, "k449", Consistency::Linearizable).await, Some(b"v449".to_vec()));
+    // And it keeps replicating normally afterwards.
+    leader.propose(put("after", "x")).await.unwrap();
+    assert_eq!(get(&node, "after", Consistency::Linearizable).await, Some(b"x".to_vec()));
+}

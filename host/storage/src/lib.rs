@@ -23,8 +23,10 @@ mod codec;
 mod error;
 mod log;
 mod rocks;
+mod snapshot;
 mod state;
 
 pub use error::StorageError;
 pub use rocks::{Storage, StorageOptions};
+pub use snapshot::SnapshotData;
 pub use state::{StateReader, StateWrite};
