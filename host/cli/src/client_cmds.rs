@@ -6,6 +6,8 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use wasmraft_client::{Client, Consistency};
 use wasmraft_proto::etcdserverpb::response_op::Response;
+use wasmraft_proto::v1::admin_client::AdminClient;
+use wasmraft_proto::v1::{MembersRequest, TransferLeaderRequest};
 
 use crate::kv;
 
@@ -73,6 +75,14 @@ pub struct DelArgs {
     /// Every key that starts with KEY.
     #[arg(long)]
     pub prefix: bool,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
+pub struct TransferArgs {
+    /// The voter to hand leadership to.
+    pub id: u64,
     #[command(flatten)]
     pub endpoints: Endpoints,
 }
@@ -222,4 +232,42 @@ pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
         stdout_bytes(line.as_bytes())?;
     }
     Ok(())
+}
+
+/// An admin client of the first endpoint that answers.
+async fn admin(endpoints: &Endpoints) -> anyhow::Result<AdminClient<tonic::transport::Channel>> {
+    let mut last = None;
+    for e in &endpoints.endpoints {
+        let uri = if e.contains("://") { e.clone() } else { format!("http://{e}") };
+        match AdminClient::connect(uri).await {
+            Ok(c) => return Ok(c),
+            Err(err) => last = Some(format!("{e}: {err}")),
+        }
+    }
+    bail!("cannot reach any endpoint ({})", last.unwrap_or_default())
+}
+
+pub async fn members(a: StatusArgs) -> anyhow::Result<()> {
+    let r = admin(&a.endpoints).await?.members(MembersRequest {}).await?.into_inner();
+    let mut text = format!("{:<6} {:<15} {:<24} {}", "ID", "ROLE", "ADDRESS", "MATCHED");
+    for m in r.members {
+        let role = if m.id == r.leader_id { format!("{} (leader)", m.role) } else { m.role };
+        text.push_str(&format!("\n{:<6} {:<15} {:<24} {}", m.id, role, m.address, m.matched));
+    }
+    stdout_bytes(text.as_bytes())
+}
+
+pub async fn transfer_leader(a: TransferArgs) -> anyhow::Result<()> {
+    admin(&a.endpoints).await?.transfer_leader(TransferLeaderRequest { to: a.id }).await?;
+    // The transfer completes once the target has caught up and won its
+    // election; wait for it so the command's success means something.
+    let mut client = a.endpoints.client()?;
+    for _ in 0..100 {
+        if client.status().await?.leader_id == a.id {
+            println!("node {} leads", a.id);
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    bail!("node {} did not take over within 5 s", a.id)
 }

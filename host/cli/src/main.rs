@@ -44,6 +44,10 @@ enum Command {
     /// Print changes to keys under a prefix as they are applied (KV plugin),
     /// until Ctrl-C.
     Watch(client_cmds::WatchArgs),
+    /// List the cluster's members, their roles and (from the leader) progress.
+    Members(client_cmds::StatusArgs),
+    /// Hand leadership to the voter ID.
+    TransferLeader(client_cmds::TransferArgs),
     /// Show a node's Raft and plugin status.
     Status(client_cmds::StatusArgs),
     /// Propose a raw command to any plugin and print its response.
@@ -66,6 +70,8 @@ fn main() -> std::process::ExitCode {
             Command::Del(a) => client_cmds::del(a).await,
             Command::Status(a) => client_cmds::status(a).await,
             Command::Watch(a) => client_cmds::watch(a).await,
+            Command::Members(a) => client_cmds::members(a).await,
+            Command::TransferLeader(a) => client_cmds::transfer_leader(a).await,
             Command::Propose(a) => client_cmds::propose(a).await,
             Command::Query(a) => client_cmds::query(a).await,
         }

@@ -91,6 +91,24 @@ fn put_get_del_and_status_from_the_command_line() {
 }
 
 #[test]
+fn members_and_leader_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = DevNode::start(dir.path());
+    let members = stdout(&node.cli(&["members"]));
+    assert_eq!(members.lines().filter(|l| l.contains("voter")).count(), 3, "{members}");
+    let leader_line = members.lines().find(|l| l.contains("(leader)")).expect("a leader");
+    let leader: u64 = leader_line.split_whitespace().next().unwrap().parse().unwrap();
+    let target = if leader == 3 { 2 } else { 3 };
+    assert_eq!(stdout(&node.cli(&["transfer-leader", &target.to_string()])), format!("node {target} leads\n"));
+    // Writes go on under the new leader.
+    assert_eq!(stdout(&node.cli(&["put", "after-transfer", "1"])), "OK\n");
+    assert_eq!(stdout(&node.cli(&["get", "after-transfer"])), "1\n");
+    let bad = node.cli(&["transfer-leader", "9"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a voter"), "{}", String::from_utf8_lossy(&bad.stderr));
+}
+
+#[test]
 fn a_config_with_an_unknown_key_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("node.toml");

@@ -3,12 +3,14 @@
 //! between nodes.
 #![deny(missing_docs)]
 
+mod admin_service;
 mod client_service;
 mod forward;
 mod raft_service;
 mod status;
 mod transport;
 
+pub use admin_service::AdminService;
 pub use client_service::ClientService;
 pub use forward::Forwarder;
 pub use raft_service::RaftService;
@@ -18,6 +20,7 @@ pub use transport::GrpcTransport;
 use std::collections::BTreeMap;
 
 use wasmraft_node::Node;
+use wasmraft_proto::v1::admin_server::AdminServer;
 use wasmraft_proto::v1::client_server::ClientServer;
 use wasmraft_proto::v1::raft_server::RaftServer;
 
@@ -32,9 +35,16 @@ pub async fn serve_on(
 ) -> Result<(), tonic::transport::Error> {
     // `Server::tcp_nodelay` does not apply to an incoming stream we supply:
     // set it here, or Nagle's algorithm delays every small response ~40 ms.
+    let incoming_addr = listener.local_addr();
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let mut addresses = peers.clone();
+    if let Ok(addr) = incoming_addr {
+        addresses.insert(node.id(), addr.to_string());
+    }
+    let admin = AdminService::new(node.clone(), addresses);
     let client = ClientService::new(node.clone(), Forwarder::new(peers));
     tonic::transport::Server::builder()
+        .add_service(AdminServer::new(admin))
         .add_service(ClientServer::new(client).max_decoding_message_size(4 << 20))
         .add_service(RaftServer::new(RaftService::new(node)).max_decoding_message_size(256 << 20))
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -31,7 +31,7 @@ pub use envelope::Envelope;
 pub use error::{Error, StartError};
 pub use kv_plugin::KV_PLUGIN;
 pub use local_cluster::LocalCluster;
-pub use node::{Applied, Consistency, Node, NodeStatus};
+pub use node::{Applied, Consistency, Members, Node, NodeStatus};
 pub use state_machine::{QueryHandler, StateMachine};
 pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};
 pub use wasmraft_storage::SnapshotData;

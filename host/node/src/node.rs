@@ -40,6 +40,17 @@ pub struct Applied {
     pub response: Vec<u8>,
 }
 
+/// The cluster's configuration as this node sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Members {
+    /// Voters, learners (and the outgoing voters while a change is joint).
+    pub membership: wasmraft_raft::Membership,
+    /// The leader this node knows of.
+    pub leader: Option<NodeId>,
+    /// On the leader: the last index known replicated to each member.
+    pub matched: BTreeMap<NodeId, u64>,
+}
+
 /// What a node reports about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeStatus {
@@ -281,6 +292,21 @@ impl Node {
             Some(f) => Err(Error::Fatal(f.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Hands leadership to voter `to` once it has caught up (Raft thesis
+    /// §3.10). Must be called on the leader. The leader's lease ends at once.
+    pub async fn transfer_leader(&self, to: u64) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(LoopMsg::TransferLeader { to: NodeId(to), reply })?;
+        self.wait(rx).await?
+    }
+
+    /// The configuration and, on the leader, each member's progress.
+    pub async fn members(&self) -> Result<Members, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(LoopMsg::Members { reply })?;
+        self.wait(rx).await
     }
 
     /// Hands a Raft message from a peer to this node. Never blocks; the

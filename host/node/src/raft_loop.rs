@@ -15,7 +15,7 @@ use wasmraft_storage::{SnapshotData, Storage};
 use crate::apply::ApplyTask;
 use crate::envelope::Envelope;
 use crate::error::Error;
-use crate::node::NodeStatus;
+use crate::node::{Members, NodeStatus};
 use crate::transport::Transport;
 
 pub(crate) type ProposeReply = oneshot::Sender<Result<crate::node::Applied, Error>>;
@@ -33,6 +33,10 @@ pub(crate) enum LoopMsg {
     ReceiveSnapshot(Message, SnapshotData),
     /// The outcome of sending a snapshot to a peer.
     SnapshotSent { peer: NodeId, ok: bool },
+    /// Hand leadership to a voter.
+    TransferLeader { to: NodeId, reply: oneshot::Sender<Result<(), Error>> },
+    /// The configuration and each member's replication progress.
+    Members { reply: oneshot::Sender<Members> },
     /// The apply worker has applied through this index.
     Applied(Index),
     Shutdown,
@@ -95,6 +99,21 @@ impl<T: Transport> RaftLoop<T> {
                         }
                     }
                     LoopMsg::SnapshotSent { peer, ok } => self.raw.report_snapshot(peer, ok),
+                    LoopMsg::TransferLeader { to, reply } => {
+                        let result = self.raw.transfer_leader(to).map_err(|e| match e {
+                            ProposeError::NotLeader { leader } => Error::NotLeader { leader },
+                            other => Error::Invalid(other.to_string()),
+                        });
+                        let _ = reply.send(result);
+                    }
+                    LoopMsg::Members { reply } => {
+                        let s = self.raw.status();
+                        let _ = reply.send(Members {
+                            membership: s.membership,
+                            leader: s.leader,
+                            matched: s.progress.iter().map(|(id, p)| (*id, p.matched.0)).collect(),
+                        });
+                    }
                     LoopMsg::Shutdown => return,
                 }
             }
