@@ -629,20 +629,37 @@ async fn kill9_leader_under_load_keeps_history_linearizable() {
     assert!(stats.ok_in(2) >= 20, "too few operations after the restart: {}", stats.summary());
 }
 
-/// SIGSTOP of the leader for well over an election timeout: the others elect
-/// a new leader and keep serving; gets sent to the paused leader after the
-/// new leader acknowledged writes wait in its socket, and when it resumes,
-/// believing it still leads, it must not answer them (lease or ReadIndex)
-/// from its stale state.
+/// SIGSTOP of the leader for well over an election timeout, under load: the
+/// others elect a new leader and keep serving, and the whole history stays
+/// linearizable.
+///
+/// The paused leader resumes believing it still leads. To catch it serving
+/// stale reads, probe keys (written only here, so their histories stay tiny
+/// however many probes there are) are written before the pause, written
+/// again through the new leader, and then read at the paused node: mostly
+/// lease reads, the path that trusts the old leader's sense of time. The
+/// reads wait in its sockets, so each is invoked after the second write was
+/// acknowledged; answering one with the first value is a stale read. Which
+/// requests the resumed node reads first (a probe or the new leader's
+/// heartbeat) is up to its scheduler, so probes go on the connection opened
+/// before the pause, on new connections all through the pause, and right
+/// after the resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigstop_leader_then_resume() {
+    use Consistency::{Lease, Linearizable};
+    const PROBE_KEYS: [&str; 5] = ["p0", "p1", "p2", "p3", "p4"];
     let _serial = serial();
     let seed = seed("sigstop_leader_then_resume");
     let mut cluster = Cluster::start(3).await;
-    let load = Workload::start(&cluster, 6, &[Consistency::Linearizable, Consistency::Lease], seed);
+    let load = Workload::start(&cluster, 6, &[Linearizable, Lease], seed);
+    let rec = load.recorder.clone();
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     let old = cluster.leader().await;
+    let mut before = pinned_client(cluster.addr(old)).await;
+    for key in PROBE_KEYS {
+        put_until_acked(&rec, &mut before, key, &format!("{key}-before")).await;
+    }
     let probe_client = pinned_client(cluster.addr(old)).await;
     let paused_at = Instant::now();
     load.set_phase(1);
@@ -650,37 +667,20 @@ async fn sigstop_leader_then_resume() {
     let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != old).collect();
     let new = cluster.leader_among(&others).await;
     eprintln!("paused leader {old}; new leader {new} after {:?}", paused_at.elapsed());
-
-    // Overwrite every key through the new leader, so that each probe below
-    // is invoked after a write the paused node has not seen.
-    let mut writer = pinned_client(cluster.addr(new)).await;
-    for key in KEYS {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut n = 0;
-        loop {
-            n += 1;
-            if recorded_put(&load.recorder, 100, &mut writer, key, &format!("nemesis-{key}-{n}")).await {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the new leader {new} acknowledged no write on {key}");
-        }
+    let mut after = pinned_client(cluster.addr(new)).await;
+    for key in PROBE_KEYS {
+        put_until_acked(&rec, &mut after, key, &format!("{key}-after")).await;
     }
-    // Probes of every key, queued in the paused node's sockets, so invoked
-    // after the writes above: mostly lease gets (the path that trusts the old
-    // leader's sense of time), some linearizable; on the connection opened
-    // before the pause, and on a new connection each, sent all through the
-    // pause (which of them the resumed node reads first is up to its
-    // scheduler).
-    use Consistency::{Lease, Linearizable};
+
     let mut probes = Vec::new();
     let mut probe_id = 200;
     let mut next_id = || {
         probe_id += 1;
         probe_id
     };
-    for key in KEYS {
+    for key in PROBE_KEYS {
         for c in [Lease, Lease, Linearizable] {
-            probes.push(spawn_probe(&load.recorder, probe_client.clone(), next_id(), key, c));
+            probes.push(spawn_probe(&rec, probe_client.clone(), next_id(), key, c));
         }
     }
     // Pace the nemesis: keep the pause over twice an election timeout and
@@ -689,36 +689,25 @@ async fn sigstop_leader_then_resume() {
     let deadline = Instant::now() + Duration::from_secs(15);
     while paused_at.elapsed() < election_timeout() * 2 || load.stats.ok_puts[1].load(Ordering::Relaxed) < 20 {
         assert!(Instant::now() < deadline, "too few writes while {old} was paused: {}", load.stats.summary());
-        if probes.len() < 100 {
-            for key in KEYS {
-                let fresh = Client::new([cluster.addr(old)]).unwrap();
-                probes.push(spawn_probe(&load.recorder, fresh, next_id(), key, Lease));
-            }
+        for key in PROBE_KEYS {
+            let fresh = Client::new([cluster.addr(old)]).unwrap();
+            probes.push(spawn_probe(&rec, fresh, next_id(), key, Lease));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cluster.cont(old);
     load.set_phase(2);
-    // More probes, sent the moment it resumes.
-    for key in KEYS {
-        probes.push(spawn_probe(&load.recorder, probe_client.clone(), next_id(), key, Lease));
-    }
-    // The probes that matter are answered as the node resumes. Abandon the
-    // rest (an abandoned read has an unknown outcome and is left out): a
-    // read pending across many writes only slows the checker down.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    for p in &probes {
-        p.abort();
-    }
     eprintln!("resumed {old} after {:?}", paused_at.elapsed());
+    for key in PROBE_KEYS {
+        probes.push(spawn_probe(&rec, probe_client.clone(), next_id(), key, Lease));
+    }
     let mut answered = BTreeMap::<String, usize>::new();
     for p in probes {
-        let outcome = match p.await {
-            Ok(Ok(_)) => "answered",
-            Ok(Err(false)) => "refused",
-            Ok(Err(true)) => "timed out",
-            Err(e) if e.is_cancelled() => "abandoned",
-            Err(e) => panic!("a probe failed: {e}"),
+        let outcome = match p.await.unwrap() {
+            Ok(KvOutput::Value(Some(v))) if v.ends_with("-before") => "stale",
+            Ok(_) => "answered",
+            Err(false) => "refused",
+            Err(true) => "timed out",
         };
         *answered.entry(outcome.into()).or_default() += 1;
     }
@@ -730,6 +719,16 @@ async fn sigstop_leader_then_resume() {
     assert_linearizable(&cluster, &rec, "SIGSTOP leader");
     assert!(stats.ok_in(0) >= 30, "too few operations before the pause: {}", stats.summary());
     assert!(stats.ok_in(2) >= 20, "too few operations after the resume: {}", stats.summary());
+}
+
+/// Puts `key = value` through `client` until it is acknowledged (10 s at
+/// most), recording every attempt as nemesis client 100.
+async fn put_until_acked(rec: &KvRecorder, client: &mut Client, key: &str, value: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !recorded_put(rec, 100, client, key, value).await {
+        assert!(Instant::now() < deadline, "put {key} = {value} was never acknowledged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Ten writers put fresh keys; once 500 puts are acknowledged, all three
