@@ -79,6 +79,30 @@ pub struct DelArgs {
     pub endpoints: Endpoints,
 }
 
+#[derive(clap::Subcommand, Debug)]
+pub enum MemberCommand {
+    /// Add node ID, reachable at ADDRESS, as a learner (start it first with
+    /// `join = true` in its config).
+    AddLearner {
+        id: u64,
+        address: String,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Make learner ID a voter.
+    Promote {
+        id: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+    /// Remove member ID from the cluster.
+    Remove {
+        id: u64,
+        #[command(flatten)]
+        endpoints: Endpoints,
+    },
+}
+
 #[derive(Args, Debug)]
 pub struct TransferArgs {
     /// The voter to hand leadership to.
@@ -270,4 +294,36 @@ pub async fn transfer_leader(a: TransferArgs) -> anyhow::Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     bail!("node {} did not take over within 5 s", a.id)
+}
+
+pub async fn member(c: MemberCommand) -> anyhow::Result<()> {
+    use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient;
+    use wasmraft_proto::v1::{AddLearnerRequest, MemberRequest};
+    let endpoints = match &c {
+        MemberCommand::AddLearner { endpoints, .. } | MemberCommand::Promote { endpoints, .. } | MemberCommand::Remove { endpoints, .. } => endpoints,
+    };
+    let mut client = None;
+    for e in &endpoints.endpoints {
+        let uri = if e.contains("://") { e.clone() } else { format!("http://{e}") };
+        if let Ok(c) = MembershipChangesClient::connect(uri).await {
+            client = Some(c);
+            break;
+        }
+    }
+    let mut client = client.context("cannot reach any endpoint")?;
+    match c {
+        MemberCommand::AddLearner { id, address, .. } => {
+            client.add_learner(AddLearnerRequest { id, address }).await?;
+            println!("node {id} added as a learner");
+        }
+        MemberCommand::Promote { id, .. } => {
+            client.promote(MemberRequest { id }).await?;
+            println!("node {id} is a voter");
+        }
+        MemberCommand::Remove { id, .. } => {
+            client.remove(MemberRequest { id }).await?;
+            println!("node {id} removed");
+        }
+    }
+    Ok(())
 }

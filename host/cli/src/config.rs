@@ -30,6 +30,10 @@ pub struct FileConfig {
     /// Fsync the log before acknowledging writes.
     #[serde(default = "default_sync_log")]
     pub sync_log: bool,
+    /// Join an existing cluster (added with `wasmraft member add-learner`)
+    /// instead of bootstrapping one from `[peers]`.
+    #[serde(default)]
+    pub join: bool,
     #[serde(default)]
     pub raft: RaftSection,
     #[serde(default)]
@@ -125,6 +129,7 @@ impl FileConfig {
     pub fn node_config(&self) -> NodeConfig {
         NodeConfig {
             bootstrap_voters: self.peer_addresses().map(|p| p.keys().copied().collect()).unwrap_or_default(),
+            join: self.join,
             id: self.id,
             data_dir: self.data_dir.clone(),
             tick_interval: Duration::from_millis(self.raft.tick_ms),

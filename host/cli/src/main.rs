@@ -46,6 +46,9 @@ enum Command {
     Watch(client_cmds::WatchArgs),
     /// List the cluster's members, their roles and (from the leader) progress.
     Members(client_cmds::StatusArgs),
+    /// Change membership: add-learner ID ADDRESS, promote ID, remove ID.
+    #[command(subcommand)]
+    Member(client_cmds::MemberCommand),
     /// Hand leadership to the voter ID.
     TransferLeader(client_cmds::TransferArgs),
     /// Show a node's Raft and plugin status.
@@ -72,6 +75,7 @@ fn main() -> std::process::ExitCode {
             Command::Watch(a) => client_cmds::watch(a).await,
             Command::Members(a) => client_cmds::members(a).await,
             Command::TransferLeader(a) => client_cmds::transfer_leader(a).await,
+            Command::Member(c) => client_cmds::member(c).await,
             Command::Propose(a) => client_cmds::propose(a).await,
             Command::Query(a) => client_cmds::query(a).await,
         }

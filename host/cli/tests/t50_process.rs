@@ -249,3 +249,57 @@ fn watch_prints_changes_under_a_prefix() {
     let _ = watcher.kill();
     let _ = watcher.wait();
 }
+
+/// A fourth node joins a running cluster as a learner, is promoted to voter,
+/// serves requests, and is removed again.
+#[test]
+fn a_node_joins_as_learner_is_promoted_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = DevNode::start(dir.path());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut peers: String = cluster.endpoint.split(',').enumerate().map(|(i, a)| format!("{} = \"{a}\"\n", i + 1)).collect();
+    peers.push_str(&format!("4 = \"{addr}\"\n"));
+    let config = dir.path().join("node4.toml");
+    let data = dir.path().join("node-4-data");
+    std::fs::write(
+        &config,
+        format!("id = 4\ndata_dir = \"{}\"\nlisten = \"{addr}\"\njoin = true\n[raft]\ntick_ms = 50\n[peers]\n{peers}", data.display()),
+    )
+    .unwrap();
+    let mut fourth = Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap();
+    stdout(&cluster.cli(&["put", "before-join", "1"]));
+
+    assert_eq!(stdout(&cluster.cli(&["member", "add-learner", "4", &addr])), "node 4 added as a learner\n");
+    let members = |c: &DevNode| stdout(&c.cli(&["members"]));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = members(&cluster);
+        let learner = m.lines().find(|l| l.starts_with("4 ")).map(str::to_string).unwrap_or_default();
+        if learner.contains("learner") && learner.split_whitespace().last().is_some_and(|n| n != "0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "learner 4 did not catch up: {m}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(stdout(&cluster.cli(&["member", "promote", "4"])), "node 4 is a voter\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !members(&cluster).lines().any(|l| l.starts_with("4 ") && l.contains("voter")) {
+        assert!(Instant::now() < deadline, "node 4 did not become a voter: {}", members(&cluster));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let on4 = |args: &[&str]| Command::new(BIN).args(args).env("WASMRAFT_ENDPOINTS", &addr).output().unwrap();
+    assert_eq!(stdout(&on4(&["put", "via-4", "x"])), "OK\n");
+    assert_eq!(stdout(&on4(&["get", "before-join"])), "1\n");
+    assert_eq!(stdout(&cluster.cli(&["get", "via-4"])), "x\n");
+
+    assert_eq!(stdout(&cluster.cli(&["member", "remove", "4"])), "node 4 removed\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while members(&cluster).lines().any(|l| l.starts_with("4 ")) {
+        assert!(Instant::now() < deadline, "node 4 is still a member: {}", members(&cluster));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stdout(&cluster.cli(&["put", "after-remove", "y"]));
+    let _ = fourth.kill();
+    let _ = fourth.wait();
+}

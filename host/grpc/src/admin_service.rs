@@ -1,25 +1,81 @@
-use std::collections::BTreeMap;
-
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use wasmraft_node::Node;
 use wasmraft_proto::v1::admin_client::AdminClient;
 use wasmraft_proto::v1::admin_server::Admin;
-use wasmraft_proto::v1::{Member, MembersRequest, MembersResponse, TransferLeaderRequest, TransferLeaderResponse};
+use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient;
+use wasmraft_proto::v1::membership_changes_server::MembershipChanges;
+use wasmraft_proto::v1::{
+    AddLearnerRequest, Member, MemberRequest, MembersRequest, MembersResponse, MembershipResponse,
+    TransferLeaderRequest, TransferLeaderResponse,
+};
+
+use crate::forward::Forwarder;
 
 use crate::status::to_status;
 
-/// The `wasmraft.v1.Admin` service of one node.
+/// The `wasmraft.v1.Admin` and `wasmraft.v1.MembershipChanges` services of one node.
 #[derive(Clone, Debug)]
 pub struct AdminService {
     node: Node,
-    /// Every member's address, this node's included.
-    addresses: BTreeMap<u64, String>,
+    /// Member addresses: configured and learned from the log.
+    addresses: Forwarder,
 }
 
 impl AdminService {
-    /// Serves `node`; `addresses` maps member ids to their addresses.
-    pub fn new(node: Node, addresses: BTreeMap<u64, String>) -> Self {
+    /// Serves `node`; `addresses` resolves member ids to addresses.
+    pub fn new(node: Node, addresses: Forwarder) -> Self {
         Self { node, addresses }
+    }
+
+    /// The leader's membership client, when this node is not the leader.
+    async fn leader(&self, e: &wasmraft_node::Error) -> Option<Result<MembershipChangesClient<Channel>, Status>> {
+        let wasmraft_node::Error::NotLeader { leader: Some(l) } = e else { return None };
+        if l.0 == self.node.id() {
+            return None;
+        }
+        let addr = self.addresses.address(l.0)?;
+        let uri = if addr.contains("://") { addr } else { format!("http://{addr}") };
+        Some(MembershipChangesClient::connect(uri).await.map_err(|e| Status::unavailable(e.to_string())))
+    }
+}
+
+#[tonic::async_trait]
+impl MembershipChanges for AdminService {
+    async fn add_learner(&self, r: Request<AddLearnerRequest>) -> Result<Response<MembershipResponse>, Status> {
+        let r = r.into_inner();
+        if r.id == 0 || r.address.is_empty() {
+            return Err(Status::invalid_argument("a learner needs a non-zero id and an address"));
+        }
+        match self.node.add_learner(r.id, &r.address).await {
+            Ok(()) => Ok(Response::new(MembershipResponse {})),
+            Err(e) => match self.leader(&e).await {
+                Some(client) => client?.add_learner(r).await,
+                None => Err(to_status(e)),
+            },
+        }
+    }
+
+    async fn promote(&self, r: Request<MemberRequest>) -> Result<Response<MembershipResponse>, Status> {
+        let r = r.into_inner();
+        match self.node.promote(r.id).await {
+            Ok(()) => Ok(Response::new(MembershipResponse {})),
+            Err(e) => match self.leader(&e).await {
+                Some(client) => client?.promote(r).await,
+                None => Err(to_status(e)),
+            },
+        }
+    }
+
+    async fn remove(&self, r: Request<MemberRequest>) -> Result<Response<MembershipResponse>, Status> {
+        let r = r.into_inner();
+        match self.node.remove_member(r.id).await {
+            Ok(()) => Ok(Response::new(MembershipResponse {})),
+            Err(e) => match self.leader(&e).await {
+                Some(client) => client?.remove(r).await,
+                None => Err(to_status(e)),
+            },
+        }
     }
 }
 
@@ -30,7 +86,7 @@ impl Admin for AdminService {
         let member = |id: &wasmraft_raft::NodeId, role: &str| Member {
             id: id.0,
             role: role.to_string(),
-            address: self.addresses.get(&id.0).cloned().unwrap_or_default(),
+            address: self.addresses.address(id.0).unwrap_or_default(),
             matched: m.matched.get(id).copied().unwrap_or_default(),
         };
         let mut members: Vec<Member> = m.membership.voters.iter().map(|id| member(id, "voter")).collect();
@@ -47,7 +103,7 @@ impl Admin for AdminService {
         match self.node.transfer_leader(to).await {
             Ok(()) => Ok(Response::new(TransferLeaderResponse {})),
             Err(wasmraft_node::Error::NotLeader { leader: Some(l) }) if l.0 != self.node.id() => {
-                let addr = self.addresses.get(&l.0).ok_or_else(|| Status::unavailable("the leader's address is unknown"))?;
+                let addr = self.addresses.address(l.0).ok_or_else(|| Status::unavailable("the leader's address is unknown"))?;
                 let uri = if addr.contains("://") { addr.clone() } else { format!("http://{addr}") };
                 let mut client = AdminClient::connect(uri).await.map_err(|e| Status::unavailable(e.to_string()))?;
                 client.transfer_leader(TransferLeaderRequest { to }).await

@@ -10,16 +10,23 @@ use tonic::transport::{Channel, Endpoint};
 use wasmraft_proto::v1::client_client::ClientClient;
 
 /// Cached connections to the other nodes' client APIs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Forwarder {
+    node: wasmraft_node::Node,
     addresses: Arc<BTreeMap<u64, String>>,
     clients: Arc<Mutex<HashMap<u64, ClientClient<Channel>>>>,
 }
 
 impl Forwarder {
-    /// Forwards to the nodes at `addresses` (id -> `host:port`).
-    pub fn new(addresses: BTreeMap<u64, String>) -> Self {
-        Self { addresses: Arc::new(addresses), clients: Arc::default() }
+    /// Forwards to the nodes at `addresses` (id -> `host:port`), and to
+    /// members whose address `node` learned from the log.
+    pub fn new(node: wasmraft_node::Node, addresses: BTreeMap<u64, String>) -> Self {
+        Self { node, addresses: Arc::new(addresses), clients: Arc::default() }
+    }
+
+    /// The address of member `id`, from the log or the configuration.
+    pub fn address(&self, id: u64) -> Option<String> {
+        self.node.addresses().get(&id).cloned().or_else(|| self.addresses.get(&id).cloned())
     }
 
     /// A client of node `id`'s API, if its address is known.
@@ -27,7 +34,7 @@ impl Forwarder {
         if let Some(c) = self.clients.lock().get(&id) {
             return Some(c.clone());
         }
-        let addr = self.addresses.get(&id)?;
+        let addr = self.address(id)?;
         let uri = if addr.contains("://") { addr.clone() } else { format!("http://{addr}") };
         let channel = Endpoint::from_shared(uri)
             .ok()?

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use wasmraft_node::Node;
 use wasmraft_proto::v1::admin_server::AdminServer;
+use wasmraft_proto::v1::membership_changes_server::MembershipChangesServer;
 use wasmraft_proto::v1::client_server::ClientServer;
 use wasmraft_proto::v1::raft_server::RaftServer;
 
@@ -41,10 +42,11 @@ pub async fn serve_on(
     if let Ok(addr) = incoming_addr {
         addresses.insert(node.id(), addr.to_string());
     }
-    let admin = AdminService::new(node.clone(), addresses);
-    let client = ClientService::new(node.clone(), Forwarder::new(peers));
+    let admin = AdminService::new(node.clone(), Forwarder::new(node.clone(), addresses));
+    let client = ClientService::new(node.clone(), Forwarder::new(node.clone(), peers));
     tonic::transport::Server::builder()
-        .add_service(AdminServer::new(admin))
+        .add_service(AdminServer::new(admin.clone()))
+        .add_service(MembershipChangesServer::new(admin))
         .add_service(ClientServer::new(client).max_decoding_message_size(4 << 20))
         .add_service(RaftServer::new(RaftService::new(node)).max_decoding_message_size(256 << 20))
         .serve_with_incoming_shutdown(incoming, shutdown)

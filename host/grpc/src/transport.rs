@@ -26,6 +26,7 @@ const CHUNK_PAIRS: usize = 1024;
 /// blocks the Raft loop.
 #[derive(Debug)]
 pub struct GrpcTransport {
+    self_id: u64,
     peers: HashMap<NodeId, mpsc::Sender<RaftMessage>>,
     addresses: BTreeMap<u64, String>,
     runtime: tokio::runtime::Handle,
@@ -44,7 +45,7 @@ impl GrpcTransport {
             runtime.spawn(peer_task(id, addr.clone(), rx));
             senders.insert(NodeId(id), tx);
         }
-        Self { peers: senders, addresses: peers.clone(), runtime: runtime.clone() }
+        Self { self_id, peers: senders, addresses: peers.clone(), runtime: runtime.clone() }
     }
 }
 
@@ -60,6 +61,18 @@ impl Transport for GrpcTransport {
                 None => tracing::warn!(to = m.to.0, "no address for peer; dropping a message"),
             }
         }
+    }
+
+    fn set_address(&mut self, id: u64, address: &str) {
+        if self.addresses.get(&id).map(String::as_str) == Some(address) || id == self.self_id {
+            return;
+        }
+        tracing::info!(peer = id, %address, "learned a member's address");
+        self.addresses.insert(id, address.to_string());
+        // A new task for the new address; the old one ends with its queue.
+        let (tx, rx) = mpsc::channel(QUEUE);
+        self.runtime.spawn(peer_task(id, address.to_string(), rx));
+        self.peers.insert(NodeId(id), tx);
     }
 
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {

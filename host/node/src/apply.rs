@@ -16,6 +16,7 @@ use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::node::{Applied, NodeStatus};
 use crate::raft_loop::{LoopMsg, ProposeReply};
+use crate::system::SystemCommand;
 use crate::sessions::{Admission as SessionAdmission, SWEEP_EVERY, Session, Sessions};
 use crate::state_machine::{StateMachine, StorageView};
 
@@ -43,6 +44,8 @@ pub(crate) struct ApplyWorker {
     pub snapshot_entries: u64,
     /// The index of the latest snapshot.
     pub snapshot_index: u64,
+    /// Member addresses learned from the log, shared with the node handle.
+    pub addresses: Arc<parking_lot::RwLock<BTreeMap<u64, String>>>,
 }
 
 impl ApplyWorker {
@@ -125,6 +128,17 @@ impl ApplyWorker {
         let mut in_batch: HashMap<u64, (u64, usize)> = HashMap::new();
         for (pos, e) in entries.iter().enumerate() {
             let plan = match &e.payload {
+                EntryPayload::Normal(bytes) if SystemCommand::decode(bytes).is_some() => {
+                    match SystemCommand::decode(bytes).expect("checked") {
+                        Ok(SystemCommand::SetAddress { id, address }) => {
+                            self.storage.set_address(id, &address).map_err(|e| e.to_string())?;
+                            self.addresses.write().insert(id, address.clone());
+                            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
+                            Plan::Done(Ok(Vec::new()))
+                        }
+                        Err(m) => Plan::Done(Err(Error::Invalid(m))),
+                    }
+                }
                 EntryPayload::Normal(bytes) => match Envelope::decode(bytes) {
                     Err(m) => Plan::Done(Err(Error::Invalid(m))),
                     Ok(env) => {
@@ -164,7 +178,7 @@ impl ApplyWorker {
                     // Recorded before the batch's applied index, so a snapshot
                     // always carries the membership of its index.
                     self.storage.set_applied_membership(m).map_err(|e| e.to_string())?;
-                    Plan::Done(Err(Error::ProposalDropped))
+                    Plan::Done(Ok(Vec::new()))
                 }
                 EntryPayload::Blank => Plan::Done(Err(Error::ProposalDropped)),
             };

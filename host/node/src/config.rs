@@ -34,6 +34,9 @@ pub struct NodeConfig {
     /// Take a snapshot and compact the log after this many applied entries
     /// (0: never).
     pub snapshot_entries: u64,
+    /// Join an existing cluster (as a learner added through the admin API)
+    /// instead of bootstrapping a new one when the data directory is empty.
+    pub join: bool,
 }
 
 impl Default for NodeConfig {
@@ -51,6 +54,7 @@ impl Default for NodeConfig {
             seed: None,
             bootstrap_voters: Vec::new(),
             snapshot_entries: 10_000,
+            join: false,
         }
     }
 }

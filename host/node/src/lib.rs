@@ -24,6 +24,7 @@ mod node;
 mod raft_loop;
 mod sessions;
 mod state_machine;
+mod system;
 mod transport;
 
 pub use config::NodeConfig;

@@ -5,7 +5,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, oneshot, watch};
-use wasmraft_raft::{Membership, NodeId, RawNode, Role};
+use wasmraft_raft::{Membership, MembershipChange, NodeId, RawNode, Role};
 use wasmraft_runtime::{Applier, EntryEvent, Plugin, PluginEngine, PluginInfo, QueryPool, StateView};
 use wasmraft_storage::{Storage, StorageOptions};
 
@@ -98,6 +98,7 @@ struct Inner {
     /// older than that (a restarted node first replays its log).
     commit_at_start: u64,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    addresses: Arc<parking_lot::RwLock<BTreeMap<u64, String>>>,
 }
 
 impl Drop for Inner {
@@ -116,12 +117,12 @@ impl Node {
     }
 
     /// Starts a node that talks to its peers through `transport`.
-    pub fn start_with_transport<T: Transport>(config: NodeConfig, wasm: &[u8], transport: T) -> Result<Node, StartError> {
+    pub fn start_with_transport<T: Transport>(config: NodeConfig, wasm: &[u8], mut transport: T) -> Result<Node, StartError> {
         config.validate().map_err(StartError::Config)?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| StartError::Config(format!("cannot create {}: {e}", config.data_dir.display())))?;
         let storage = Storage::open(&config.data_dir, config.id, StorageOptions { sync_log: config.sync_log })?;
-        if storage.is_empty()? {
+        if storage.is_empty()? && !config.join {
             let voters = if config.bootstrap_voters.is_empty() { vec![config.id] } else { config.bootstrap_voters.clone() };
             storage.bootstrap(&Membership::new(voters.into_iter().map(NodeId)))?;
         }
@@ -133,11 +134,18 @@ impl Node {
 
         let applied = storage.applied()?;
         let hard_state = storage.hard_state();
+        let addresses: BTreeMap<u64, String> = storage.addresses()?.into_iter().collect();
+        for (id, address) in &addresses {
+            transport.set_address(*id, address);
+        }
+        let addresses = Arc::new(parking_lot::RwLock::new(addresses));
         let raft_config = wasmraft_raft::Config {
             id: NodeId(config.id),
             election_tick: config.election_ticks,
             heartbeat_tick: config.heartbeat_ticks,
-            seed: config.seed.unwrap_or(config.id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            // The core mixes the node id into the seed itself; mixing it here
+            // too cancelled out and gave every node the same election jitter.
+            seed: config.seed.unwrap_or(0),
             applied: applied.index,
             ..wasmraft_raft::Config::default()
         };
@@ -172,6 +180,7 @@ impl Node {
             sessions: Sessions::load(storage.sessions()?).map_err(StartError::Recovery)?,
             snapshot_entries: config.snapshot_entries,
             snapshot_index: storage.snapshot()?.map_or(0, |m| m.last.index.0),
+            addresses: addresses.clone(),
         };
         let raft_loop = RaftLoop {
             raw,
@@ -187,6 +196,7 @@ impl Node {
             last_stamp_ms: 0,
             received_snapshot: None,
             self_tx: raft_tx.clone(),
+            max_catch_up_ticks: 4 * config.election_ticks,
         };
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(format!("{name}-{}", config.id)).spawn(f).expect("spawn a thread")
@@ -212,6 +222,7 @@ impl Node {
                 events: events_tx,
                 status,
                 threads: Mutex::new(threads),
+                addresses,
             }),
         })
     }
@@ -292,6 +303,41 @@ impl Node {
             Some(f) => Err(Error::Fatal(f.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Adds node `id`, reachable at `address`, as a learner: it receives the
+    /// log but does not vote. Records the address through the log first, so
+    /// every member (and any future leader) can reach it. Leader only.
+    pub async fn add_learner(&self, id: u64, address: &str) -> Result<(), Error> {
+        self.propose_system(crate::system::SystemCommand::SetAddress { id, address: address.to_string() }).await?;
+        self.change_membership(MembershipChange::AddLearner(NodeId(id))).await
+    }
+
+    /// Makes learner `id` a voter (through a joint configuration). Leader only.
+    pub async fn promote(&self, id: u64) -> Result<(), Error> {
+        self.change_membership(MembershipChange::AddVoter(NodeId(id))).await
+    }
+
+    /// Removes voter or learner `id` from the cluster. Leader only.
+    pub async fn remove_member(&self, id: u64) -> Result<(), Error> {
+        self.change_membership(MembershipChange::RemoveNode(NodeId(id))).await
+    }
+
+    async fn change_membership(&self, change: MembershipChange) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(LoopMsg::ChangeMembership { change, reply })?;
+        self.wait(rx).await?.map(|_| ())
+    }
+
+    async fn propose_system(&self, command: crate::system::SystemCommand) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(LoopMsg::ProposeSystem { data: command.encode(), reply })?;
+        self.wait(rx).await?.map(|_| ())
+    }
+
+    /// Member addresses this node learned from the log.
+    pub fn addresses(&self) -> BTreeMap<u64, String> {
+        self.inner.addresses.read().clone()
     }
 
     /// Hands leadership to voter `to` once it has caught up (Raft thesis

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
-use wasmraft_raft::{Index, LogId, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId, Role};
+use wasmraft_raft::{Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId, Role};
 use wasmraft_storage::{SnapshotData, Storage};
 
 use crate::apply::ApplyTask;
@@ -33,6 +33,12 @@ pub(crate) enum LoopMsg {
     ReceiveSnapshot(Message, SnapshotData),
     /// The outcome of sending a snapshot to a peer.
     SnapshotSent { peer: NodeId, ok: bool },
+    /// A node-level command (see `system`), replicated like any other.
+    ProposeSystem { data: Vec<u8>, reply: ProposeReply },
+    /// A membership change.
+    ChangeMembership { change: MembershipChange, reply: ProposeReply },
+    /// The apply thread learned a member's address.
+    SetAddress { id: u64, address: String },
     /// Hand leadership to a voter.
     TransferLeader { to: NodeId, reply: oneshot::Sender<Result<(), Error>> },
     /// The configuration and each member's replication progress.
@@ -60,6 +66,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub received_snapshot: Option<(LogId, SnapshotData)>,
     /// This loop's own inbox, for transport callbacks.
     pub self_tx: std::sync::mpsc::Sender<LoopMsg>,
+    /// The most ticks replayed at once after a stall.
+    pub max_catch_up_ticks: u64,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -99,11 +107,31 @@ impl<T: Transport> RaftLoop<T> {
                         }
                     }
                     LoopMsg::SnapshotSent { peer, ok } => self.raw.report_snapshot(peer, ok),
+                    LoopMsg::ProposeSystem { data, reply } => {
+                        let term = self.raw.status().term;
+                        match self.raw.propose(vec![data]) {
+                            Ok(range) => {
+                                let _ = self.apply_tx.send(ApplyTask::Await { index: range.start, term, reply });
+                            }
+                            Err(e) => {
+                                let _ = reply.send(Err(propose_error(e)));
+                            }
+                        }
+                    }
+                    LoopMsg::ChangeMembership { change, reply } => {
+                        let term = self.raw.status().term;
+                        match self.raw.propose_membership(change) {
+                            Ok(index) => {
+                                let _ = self.apply_tx.send(ApplyTask::Await { index, term, reply });
+                            }
+                            Err(e) => {
+                                let _ = reply.send(Err(propose_error(e)));
+                            }
+                        }
+                    }
+                    LoopMsg::SetAddress { id, address } => self.transport.set_address(id, &address),
                     LoopMsg::TransferLeader { to, reply } => {
-                        let result = self.raw.transfer_leader(to).map_err(|e| match e {
-                            ProposeError::NotLeader { leader } => Error::NotLeader { leader },
-                            other => Error::Invalid(other.to_string()),
-                        });
+                        let result = self.raw.transfer_leader(to).map_err(propose_error);
                         let _ = reply.send(result);
                     }
                     LoopMsg::Members { reply } => {
@@ -117,14 +145,12 @@ impl<T: Transport> RaftLoop<T> {
                     LoopMsg::Shutdown => return,
                 }
             }
-            if Instant::now() >= next_tick {
-                self.raw.tick();
-                next_tick += self.tick_interval;
-                if next_tick < Instant::now() {
-                    next_tick = Instant::now() + self.tick_interval; // after a stall, do not burst
-                }
-            }
-            self.propose(proposals);
+            // Catch up on every tick missed while this process was stalled
+            // (a pause, a slow fsync) before anything reads the core's clock:
+            // a leader paused past its lease must not serve lease reads on
+            // resume as if no time had passed.
+            self.catch_up_ticks(&mut next_tick);
+            // Lease reads right after the clock caught up.
             for reply in lease_reads {
                 match self.raw.lease_read() {
                     Some(index) => {
@@ -133,12 +159,33 @@ impl<T: Transport> RaftLoop<T> {
                     None => reads.push(reply),
                 }
             }
+            self.propose(proposals);
             self.read_index(reads);
             if let Err(e) = self.handle_readies() {
                 tracing::error!(error = %e, "storage failed; stopping the raft loop");
                 self.status.lock().fatal = Some(e.clone());
                 return;
             }
+        }
+    }
+
+    /// Ticks once per tick interval elapsed since `next_tick`. After a long
+    /// stall the ticks are capped at a few election timeouts: enough to end
+    /// any lease and start an election, and no more work than that.
+    fn catch_up_ticks(&mut self, next_tick: &mut Instant) {
+        let now = Instant::now();
+        let mut ticks = 0;
+        while *next_tick <= now {
+            self.raw.tick();
+            *next_tick += self.tick_interval;
+            ticks += 1;
+            if ticks >= self.max_catch_up_ticks {
+                *next_tick = now + self.tick_interval;
+                break;
+            }
+        }
+        if ticks > 1 {
+            tracing::debug!(ticks, "caught up on ticks missed during a stall");
         }
     }
 
@@ -169,10 +216,7 @@ impl<T: Transport> RaftLoop<T> {
                 }
             }
             Err(e) => {
-                let err = match e {
-                    ProposeError::NotLeader { leader } => Error::NotLeader { leader },
-                    other => Error::Invalid(other.to_string()),
-                };
+                let err = propose_error(e);
                 for reply in replies {
                     let _ = reply.send(Err(err.clone()));
                 }
@@ -275,5 +319,12 @@ impl<T: Transport> RaftLoop<T> {
             st.role = s.role;
         }
         Ok(())
+    }
+}
+
+fn propose_error(e: ProposeError) -> Error {
+    match e {
+        ProposeError::NotLeader { leader } => Error::NotLeader { leader },
+        other => Error::Invalid(other.to_string()),
     }
 }

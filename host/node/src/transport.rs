@@ -19,6 +19,9 @@ pub trait Transport: Send + 'static {
     /// which `load` reads; calls `done` with the outcome. Must not block.
     /// The recipient hands both to [`crate::Node::receive_snapshot`].
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone);
+
+    /// Member `id` is now reachable at `address` (learned from the log).
+    fn set_address(&mut self, _id: u64, _address: &str) {}
 }
 
 /// The transport of a single-node cluster: there is nobody to talk to.

@@ -15,6 +15,7 @@ use crate::rocks::{CF_LOG, CF_META, CF_RAFT, CF_STATE, KEY_APPLIED, KEY_SNAPSHOT
 
 const KEY_APPLIED_MEMBERSHIP: &[u8] = b"applied_membership";
 const SESSION_PREFIX: &[u8] = b"session/";
+const ADDRESS_PREFIX: &[u8] = b"address/";
 
 /// What a snapshot carries besides its metadata: the plugin keyspace and
 /// the client sessions, each in key order.
@@ -161,6 +162,26 @@ impl Storage {
         }
         Checkpoint::new(&self.db)?.create_checkpoint(&path)?;
         self.remove_snapshots_except(meta.last.index)
+    }
+
+    /// Records the address of member `id` (replicated through the log).
+    pub fn set_address(&self, id: u64, address: &str) -> Result<(), StorageError> {
+        let mut k = ADDRESS_PREFIX.to_vec();
+        k.extend_from_slice(&id.to_be_bytes());
+        self.db.put_cf(self.cf(CF_META), k, address.as_bytes())?;
+        Ok(())
+    }
+
+    /// Every recorded member address.
+    pub fn addresses(&self) -> Result<Vec<(u64, String)>, StorageError> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(CF_META), IteratorMode::From(ADDRESS_PREFIX, rocksdb::Direction::Forward)) {
+            let (k, v) = item?;
+            let Some(id) = k.strip_prefix(ADDRESS_PREFIX) else { break };
+            let Ok(id) = <[u8; 8]>::try_from(id) else { continue };
+            out.push((u64::from_be_bytes(id), String::from_utf8_lossy(&v).into_owned()));
+        }
+        Ok(out)
     }
 
     /// The latest snapshot's metadata, if any.
