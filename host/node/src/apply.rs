@@ -154,7 +154,9 @@ impl ApplyWorker {
                         };
                         match admission {
                             Admission::SameAs(first) => Plan::SameAs(first),
-                            Admission::Session(SessionAdmission::Duplicate(outcome)) => Plan::Done(outcome),
+                            Admission::Session(SessionAdmission::Duplicate { outcome, index }) => {
+                                Plan::Duplicate { outcome, index }
+                            }
                             Admission::Session(SessionAdmission::Stale { last }) => Plan::Done(Err(Error::Invalid(format!(
                                 "sequence {} of client {} is older than its last applied command ({last})",
                                 env.sequence, env.client_id
@@ -191,14 +193,24 @@ impl ApplyWorker {
             self.state_machine.apply(view, &inputs).map_err(|f| f.0)?
         };
 
-        // Outcomes in entry order; sessions record the new ones.
+        // Outcomes in entry order, with the index each command applied at
+        // (a retry's is the first copy's); sessions record the new ones.
         let mut outcomes: Vec<Result<Vec<u8>, Error>> = Vec::with_capacity(entries.len());
+        let mut applied_at: Vec<u64> = Vec::with_capacity(entries.len());
         let mut changed: BTreeMap<u64, Option<Vec<u8>>> = BTreeMap::new();
         let mut plugin_outcomes = batch.outcomes.into_iter();
         for (e, plan) in entries.iter().zip(plans) {
+            let mut at = e.log_id.index.0;
             let outcome = match plan {
                 Plan::Done(o) => o,
-                Plan::SameAs(first) => outcomes[first].clone(),
+                Plan::Duplicate { outcome, index } => {
+                    at = index;
+                    outcome
+                }
+                Plan::SameAs(first) => {
+                    at = applied_at[first];
+                    outcomes[first].clone()
+                }
                 Plan::Run { client, sequence, timestamp_ms, .. } => {
                     let o = plugin_outcomes.next().expect("one outcome per input").map_err(Error::from);
                     if client != 0 {
@@ -210,6 +222,7 @@ impl ApplyWorker {
                 }
             };
             outcomes.push(outcome);
+            applied_at.push(at);
             // Sweep at fixed indexes, by that entry's own leader timestamp, so
             // every replica sweeps the same sessions whatever its batching.
             if e.log_id.index.0 % SWEEP_EVERY == 0 {
@@ -230,10 +243,10 @@ impl ApplyWorker {
             .map_err(|e| e.to_string())?;
         self.last_applied = last;
 
-        for (e, outcome) in entries.iter().zip(outcomes) {
+        for ((e, outcome), at) in entries.iter().zip(outcomes).zip(applied_at) {
             if let Some((term, reply)) = self.waiters.remove(&e.log_id.index) {
                 // Another leader's entry at this index means ours was dropped.
-                let result = outcome.map(|response| Applied { index: e.log_id.index.0, response });
+                let result = outcome.map(|response| Applied { index: at, response });
                 let _ = reply.send(if term == e.log_id.term { result } else { Err(Error::ProposalDropped) });
             }
         }
@@ -261,6 +274,8 @@ enum Plan {
     Run { client: u64, sequence: u64, timestamp_ms: u64 },
     /// A retry of the entry at this position of the same batch.
     SameAs(usize),
+    /// A retry of a command applied earlier, at `index`.
+    Duplicate { outcome: Result<Vec<u8>, Error>, index: u64 },
     /// Decided without the plugin.
     Done(Result<Vec<u8>, Error>),
 }

@@ -72,8 +72,8 @@ impl Session {
 pub enum Admission {
     /// New: apply it.
     Apply,
-    /// Already applied: answer with this outcome, apply nothing.
-    Duplicate(Result<Vec<u8>, Error>),
+    /// Already applied at `index`: answer with this outcome, apply nothing.
+    Duplicate { outcome: Result<Vec<u8>, Error>, index: u64 },
     /// Older than the last applied command of this client: refuse.
     Stale { last: u64 },
 }
@@ -96,7 +96,7 @@ impl Sessions {
 
     pub fn admit(&self, client: u64, sequence: u64) -> Admission {
         match self.table.get(&client) {
-            Some(s) if s.sequence == sequence => Admission::Duplicate(s.outcome.clone()),
+            Some(s) if s.sequence == sequence => Admission::Duplicate { outcome: s.outcome.clone(), index: s.index },
             Some(s) if s.sequence > sequence => Admission::Stale { last: s.sequence },
             _ => Admission::Apply,
         }
@@ -133,7 +133,7 @@ mod tests {
         let mut t = Sessions::default();
         assert_eq!(t.admit(1, 1), Admission::Apply);
         t.record(1, s.clone());
-        assert_eq!(t.admit(1, 4), Admission::Duplicate(Err(Error::Rejected("no".into()))));
+        assert_eq!(t.admit(1, 4), Admission::Duplicate { outcome: Err(Error::Rejected("no".into())), index: 10 });
         assert_eq!(t.admit(1, 3), Admission::Stale { last: 4 });
         assert_eq!(t.admit(1, 5), Admission::Apply);
         assert_eq!(t.sweep(99 + SESSION_TTL_MS), Vec::<u64>::new());

@@ -104,3 +104,22 @@ async fn a_lagging_follower_catches_up_from_a_snapshot() {
     leader.propose(put("after", "x")).await.unwrap();
     assert_eq!(get(&node, "after", Consistency::Linearizable).await, Some(b"x".to_vec()));
 }
+
+/// A retry that reaches a new leader after the old one applied the command
+/// is answered from the replicated session table: applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_leader_change_applies_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, fast).unwrap();
+    let old = cluster.leader().await.unwrap();
+    let first = old.propose_as(put("once", "1"), 99, 1).await.unwrap();
+    cluster.stop(old.id());
+    drop(old);
+    let new = cluster.leader().await.unwrap();
+    let retry = new.propose_as(put("once", "1"), 99, 1).await.unwrap();
+    assert_eq!(retry, first, "the retry gets the first outcome, at the first index");
+    let req = RequestOp { request: Some(Request::RequestRange(RangeRequest { key: "once".into(), ..Default::default() })) };
+    let bytes = new.query(req.encode_to_vec(), Consistency::Linearizable).await.unwrap();
+    let Response::ResponseRange(r) = ResponseOp::decode(bytes.as_slice()).unwrap().response.unwrap() else { panic!() };
+    assert_eq!(r.kvs[0].version, 1, "written once");
+}
