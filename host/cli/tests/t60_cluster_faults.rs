@@ -376,3 +376,70 @@ async fn eventual_reads_on_a_paused_follower_can_be_stale_and_the_checker_says_s
     eprintln!("eventual reads on a resumed follower: {stale} stale, {fresh} fresh of {ATTEMPTS}");
     assert!(stale > 0, "no stale eventual read in {ATTEMPTS} attempts: the checker was never put to the test");
 }
+
+/// A follower that was down while the leader compacted its log far past it
+/// catches up from a snapshot streamed over gRPC, with every acknowledged
+/// write, and then follows the log again. `WASMRAFT_SNAPSHOT_TEST_PUTS`
+/// sets how many entries it misses (default 3,000; 100,000 for the full run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_down_for_thousands_of_entries_catches_up_from_a_streamed_snapshot() {
+    let _serial = serial();
+    let puts: usize = std::env::var("WASMRAFT_SNAPSHOT_TEST_PUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let mut cluster = Cluster::start_with(3, "snapshot_entries = 500").await;
+    let leader = cluster.leader().await;
+    let lagging = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
+    cluster.kill9(lagging);
+
+    let leader_addr = cluster.addr(leader).to_string();
+    let writers: Vec<_> = (0..10)
+        .map(|w| {
+            let addr = leader_addr.clone();
+            tokio::spawn(async move {
+                let mut client = pinned_client(&addr).await;
+                for i in (w..puts).step_by(10) {
+                    client.propose(put_request(&format!("s{i:06}"), &format!("v{i}"))).await.expect("put");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+
+    cluster.restart(lagging).await;
+    let mut reader = pinned_client(cluster.addr(lagging)).await;
+    let last = format!("s{:06}", puts - 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(bytes) = reader.query(range_request(&last, &[]), Consistency::Eventual).await {
+            if !range_kvs(&bytes).is_empty() {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "node {lagging} did not catch up:\n{}", cluster.log(lagging));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The install is logged just after its write batch: poll the log.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cluster.log(lagging).contains("installed a snapshot from the leader") {
+        assert!(Instant::now() < deadline, "node {lagging} caught up without a snapshot:\n{}", cluster.log(lagging));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every key, read from the caught-up node's own state, a page at a time
+    // (one query over 100,000 keys would exceed the per-query fuel budget).
+    for page in (0..puts).step_by(5000) {
+        let end = (page + 5000).min(puts);
+        let (from, to) = (format!("s{page:06}"), format!("s{end:06}"));
+        let bytes = reader.query(range_request(&from, to.as_bytes()), Consistency::Eventual).await.unwrap();
+        let kvs = range_kvs(&bytes);
+        assert_eq!(kvs.len(), end - page, "keys [{from}, {to})");
+        for (i, (k, v)) in (page..end).zip(&kvs) {
+            assert_eq!((k.as_str(), v.as_str()), (format!("s{i:06}").as_str(), format!("v{i}").as_str()));
+        }
+    }
+    // And it follows the log again.
+    let mut writer = pinned_client(cluster.addr(leader)).await;
+    writer.propose(put_request("after-snapshot", "x")).await.unwrap();
+    let bytes = reader.query(range_request("after-snapshot", &[]), Consistency::Linearizable).await.unwrap();
+    assert_eq!(range_kvs(&bytes), vec![("after-snapshot".to_string(), "x".to_string())]);
+}

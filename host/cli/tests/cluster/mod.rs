@@ -56,6 +56,11 @@ pub struct Cluster {
 impl Cluster {
     /// Writes the configs, starts every node and waits for a leader.
     pub async fn start(n: u64) -> Cluster {
+        Self::start_with(n, "").await
+    }
+
+    /// Like [`Cluster::start`], with extra lines for each node's `[raft]` section.
+    pub async fn start_with(n: u64, raft_extra: &str) -> Cluster {
         let dir = tempfile::Builder::new().prefix("wasmraft-t60-").tempdir().unwrap();
         // Free ports: bind port 0, note the port, release it.
         let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
@@ -67,7 +72,7 @@ impl Cluster {
             let data = dir.path().join(format!("n{id}"));
             let config = format!(
                 "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\n\n[peers]\n{peers}\n\
-                 [raft]\ntick_ms = {TICK_MS}\nelection_ticks = {ELECTION_TICKS}\nheartbeat_ticks = 1\n\n\
+                 [raft]\ntick_ms = {TICK_MS}\nelection_ticks = {ELECTION_TICKS}\nheartbeat_ticks = 1\n{raft_extra}\n\
                  [limits]\nrequest_timeout_ms = 1000\n",
                 data.display()
             );
@@ -79,6 +84,11 @@ impl Cluster {
         }
         cluster.leader().await;
         cluster
+    }
+
+    /// What node `id` has logged so far.
+    pub fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(self.dir().join(format!("n{id}.log"))).unwrap_or_default()
     }
 
     fn dir(&self) -> &Path {
