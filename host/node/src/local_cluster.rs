@@ -3,7 +3,7 @@
 //! everything but gRPC, and applications that want replication across
 //! directories (disks) of one machine.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -16,16 +16,25 @@ use crate::node::Node;
 use crate::transport::{SnapshotDone, SnapshotLoader, Transport};
 
 type Registry = Arc<RwLock<HashMap<NodeId, Node>>>;
+/// Directed links that drop every message: (from, to).
+type Cuts = Arc<RwLock<HashSet<(u64, u64)>>>;
 
-/// Delivers messages straight into the recipient node's inbox.
+/// Delivers messages straight into the recipient node's inbox, except on
+/// links the test has cut (fault injection at the transport edge).
 struct LocalTransport {
+    id: u64,
     registry: Registry,
+    cuts: Cuts,
 }
 
 impl Transport for LocalTransport {
     fn send(&mut self, messages: Vec<Message>) {
         let nodes = self.registry.read();
+        let cuts = self.cuts.read();
         for m in messages {
+            if cuts.contains(&(self.id, m.to.0)) {
+                continue;
+            }
             // A stopped node is simply unreachable: its messages are lost.
             if let Some(node) = nodes.get(&m.to) {
                 node.step(m);
@@ -34,6 +43,10 @@ impl Transport for LocalTransport {
     }
 
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {
+        if self.cuts.read().contains(&(self.id, message.to.0)) {
+            done(false);
+            return;
+        }
         let registry = self.registry.clone();
         std::thread::spawn(move || {
             let target = registry.read().get(&message.to).cloned();
@@ -51,6 +64,7 @@ impl Transport for LocalTransport {
 /// Nodes 1..=n of one cluster, in this process. Dropping it stops them all.
 pub struct LocalCluster {
     registry: Registry,
+    cuts: Cuts,
     configs: Vec<NodeConfig>,
     wasm: Vec<u8>,
 }
@@ -78,6 +92,7 @@ impl LocalCluster {
         configure: impl Fn(&mut NodeConfig),
     ) -> Result<Self, StartError> {
         let registry: Registry = Arc::default();
+        let cuts: Cuts = Arc::default();
         let mut configs = Vec::new();
         for id in 1..=n {
             let mut config = NodeConfig::default();
@@ -85,17 +100,19 @@ impl LocalCluster {
             config.id = id;
             config.data_dir = dir.join(format!("node-{id}"));
             config.bootstrap_voters = (1..=n).collect();
-            let node = Node::start_with_transport(config.clone(), wasm, LocalTransport { registry: registry.clone() })?;
+            let transport = LocalTransport { id, registry: registry.clone(), cuts: cuts.clone() };
+            let node = Node::start_with_transport(config.clone(), wasm, transport)?;
             registry.write().insert(NodeId(id), node);
             configs.push(config);
         }
-        Ok(Self { registry, configs, wasm: wasm.to_vec() })
+        Ok(Self { registry, cuts, configs, wasm: wasm.to_vec() })
     }
 
     /// Starts node `id` again from its data directory after [`Self::stop`].
     pub fn restart(&mut self, id: u64) -> Result<Node, StartError> {
         let config = self.configs[(id - 1) as usize].clone();
-        let node = Node::start_with_transport(config, &self.wasm, LocalTransport { registry: self.registry.clone() })?;
+        let transport = LocalTransport { id, registry: self.registry.clone(), cuts: self.cuts.clone() };
+        let node = Node::start_with_transport(config, &self.wasm, transport)?;
         self.registry.write().insert(NodeId(id), node.clone());
         Ok(node)
     }
@@ -121,6 +138,27 @@ impl LocalCluster {
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+    }
+
+    /// Cuts node `id` off from every other node, both ways (it keeps
+    /// running and answering its clients).
+    pub fn isolate(&self, id: u64) {
+        let ids: Vec<u64> = self.registry.read().keys().map(|n| n.0).chain(1..=self.configs.len() as u64).collect();
+        let mut cuts = self.cuts.write();
+        for other in ids.into_iter().filter(|o| *o != id) {
+            cuts.insert((id, other));
+            cuts.insert((other, id));
+        }
+    }
+
+    /// Cuts only the messages from `from` to `to` (an asymmetric partition).
+    pub fn cut(&self, from: u64, to: u64) {
+        self.cuts.write().insert((from, to));
+    }
+
+    /// Restores every link.
+    pub fn heal(&self) {
+        self.cuts.write().clear();
     }
 
     /// Stops node `id` (as a crash would: it answers nothing more). Drop

@@ -123,3 +123,68 @@ async fn a_retry_after_a_leader_change_applies_once() {
     let Response::ResponseRange(r) = ResponseOp::decode(bytes.as_slice()).unwrap().response.unwrap() else { panic!() };
     assert_eq!(r.kvs[0].version, 1, "written once");
 }
+
+/// A leader cut off from the majority stops serving linearizable and lease
+/// reads and commits nothing; the majority elects a new leader and goes on;
+/// after healing, the old leader follows and has every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_serves_no_stale_reads_and_rejoins_after_healing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, |c| {
+        fast(c);
+        c.request_timeout = Duration::from_millis(500);
+    })
+    .unwrap();
+    let old = cluster.leader().await.unwrap();
+    old.propose(put("k", "before")).await.unwrap();
+    cluster.isolate(old.id());
+
+    // The majority moves on.
+    let others: Vec<Node> = cluster.nodes().into_iter().filter(|n| n.id() != old.id()).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let new = loop {
+        if let Some(n) = others.iter().find(|n| n.status().role == wasmraft_node::Role::Leader) {
+            break n.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the majority elected no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    new.propose(put("k", "after")).await.unwrap();
+
+    // The isolated node never answers with the old value at a strong level.
+    for c in [Consistency::Linearizable, Consistency::Lease] {
+        let req = RequestOp { request: Some(Request::RequestRange(RangeRequest { key: "k".into(), ..Default::default() })) };
+        match old.query(req.encode_to_vec(), c).await {
+            Ok(bytes) => {
+                let Response::ResponseRange(r) = ResponseOp::decode(bytes.as_slice()).unwrap().response.unwrap() else { panic!() };
+                assert_ne!(r.kvs[0].value, b"before", "a stale {c:?} read from the isolated node");
+            }
+            Err(e) => assert!(matches!(e, wasmraft_node::Error::Timeout | wasmraft_node::Error::NotLeader { .. }), "{e}"),
+        }
+    }
+    // It cannot commit either.
+    assert!(old.propose(put("lost", "x")).await.is_err(), "an isolated node committed a write");
+
+    cluster.heal();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if old.status().role != wasmraft_node::Role::Leader {
+            if let Ok(bytes) = old
+                .query(
+                    RequestOp { request: Some(Request::RequestRange(RangeRequest { key: "k".into(), ..Default::default() })) }
+                        .encode_to_vec(),
+                    Consistency::Linearizable,
+                )
+                .await
+            {
+                let Response::ResponseRange(r) = ResponseOp::decode(bytes.as_slice()).unwrap().response.unwrap() else { panic!() };
+                if r.kvs[0].value == b"after" {
+                    break;
+                }
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the old leader did not rejoin");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(&old, "lost", Consistency::Linearizable).await, None, "the isolated write never applied");
+}
