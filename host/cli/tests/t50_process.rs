@@ -251,7 +251,8 @@ fn watch_prints_changes_under_a_prefix() {
 }
 
 /// A fourth node joins a running cluster as a learner, is promoted to voter,
-/// serves requests, and is removed again.
+/// serves requests, and is removed again, while a client keeps writing; no
+/// acknowledged write is lost.
 #[test]
 fn a_node_joins_as_learner_is_promoted_and_removed() {
     let dir = tempfile::tempdir().unwrap();
@@ -269,6 +270,27 @@ fn a_node_joins_as_learner_is_promoted_and_removed() {
     .unwrap();
     let mut fourth = Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap();
     stdout(&cluster.cli(&["put", "before-join", "1"]));
+
+    // Writes keep flowing through every membership change.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, endpoints) = (stop.clone(), cluster.endpoint.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let mut client = Client::new(endpoints.split(',')).unwrap();
+                let mut acked = Vec::new();
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if client.propose(put_request(&format!("load/{n:06}"), "v")).await.is_ok() {
+                        acked.push(n);
+                    }
+                    n += 1;
+                }
+                acked
+            })
+        })
+    };
 
     assert_eq!(stdout(&cluster.cli(&["member", "add-learner", "4", &addr])), "node 4 added as a learner\n");
     let members = |c: &DevNode| stdout(&c.cli(&["members"]));
@@ -300,6 +322,26 @@ fn a_node_joins_as_learner_is_promoted_and_removed() {
         std::thread::sleep(Duration::from_millis(100));
     }
     stdout(&cluster.cli(&["put", "after-remove", "y"]));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.join().unwrap();
+    assert!(acked.len() > 20, "the writer made progress during the changes ({} acked)", acked.len());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut client = Client::new(cluster.endpoint.split(',')).unwrap();
+        let bytes = client.query(prefix_request("load/"), Consistency::Linearizable).await.unwrap();
+        let Some(Response::ResponseRange(r)) = ResponseOp::decode(bytes.as_slice()).unwrap().response else { panic!() };
+        let stored: std::collections::BTreeSet<Vec<u8>> = r.kvs.into_iter().map(|kv| kv.key).collect();
+        for n in &acked {
+            assert!(stored.contains(format!("load/{n:06}").as_bytes()), "acknowledged load/{n:06} was lost");
+        }
+    });
     let _ = fourth.kill();
     let _ = fourth.wait();
+}
+
+fn prefix_request(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    *end.last_mut().unwrap() += 1;
+    RequestOp { request: Some(Request::RequestRange(RangeRequest { key: prefix.into(), range_end: end, ..Default::default() })) }
+        .encode_to_vec()
 }
