@@ -1,0 +1,39 @@
+//! The storage path: appending a batch of log entries (without fsync, so the
+//! figure is the CPU cost, not the disk's) and writing an applied batch.
+//!
+//! `cargo bench -p wasmraft-storage --bench storage`
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use wasmraft_raft::{Entry, EntryPayload, LogId};
+use wasmraft_storage::{StateWrite, Storage, StorageOptions};
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
+    let mut g = c.benchmark_group("storage");
+    g.throughput(Throughput::Elements(100));
+    let mut next = 1u64;
+    g.bench_function("append_100_entries_300B", |b| {
+        b.iter(|| {
+            let batch: Vec<Entry> = (next..next + 100)
+                .map(|i| Entry { log_id: LogId::new(1, i), payload: EntryPayload::Normal(vec![7; 300]) })
+                .collect();
+            next += 100;
+            s.append(&batch, None, false).unwrap();
+        })
+    });
+    let keys: Vec<Vec<u8>> = (0..100u64).map(|i| format!("{i:08}").into_bytes()).collect();
+    let value = vec![b'v'; 280];
+    let mut applied = 1u64;
+    g.bench_function("apply_100_writes_280B", |b| {
+        b.iter(|| {
+            applied += 100;
+            let none: [(u64, Option<&[u8]>); 0] = [];
+            s.apply(LogId::new(1, applied), keys.iter().map(|k| StateWrite { key: k, value: Some(&value) }), none).unwrap();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
