@@ -34,6 +34,9 @@ pub struct FileConfig {
     /// instead of bootstrapping one from `[peers]`.
     #[serde(default)]
     pub join: bool,
+    /// Allow the admin API's CutOff call (partition tests). Never in production.
+    #[serde(default)]
+    pub fault_injection: bool,
     #[serde(default)]
     pub raft: RaftSection,
     #[serde(default)]

@@ -66,7 +66,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             bootstrap_voters: peers.keys().copied().collect(),
             ..NodeConfig::default()
         };
-        served.push(crate::run::start(config, &plugin, listener, peers.clone(), stop.clone())?);
+        served.push(crate::run::start(config, &plugin, listener, peers.clone(), wasmraft_grpc::Faults::new(false), stop.clone())?);
     }
     let leader = served[0].node.wait_for_leader().await.context("the cluster did not elect a leader")?;
 

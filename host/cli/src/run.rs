@@ -29,7 +29,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(config = ?config, listen = %file.listen, ?peers, "effective configuration");
     let listener = TcpListener::bind(file.listen).await.with_context(|| format!("cannot listen on {}", file.listen))?;
     let (stop_tx, stop) = watch::channel(false);
-    let server = start(config, &plugin, listener, peers, stop)?;
+    let server = start(config, &plugin, listener, peers, wasmraft_grpc::Faults::new(file.fault_injection), stop)?;
     shutdown_signal().await;
     let _ = stop_tx.send(true);
     server.stop().await
@@ -59,16 +59,17 @@ pub fn start(
     plugin: &[u8],
     listener: TcpListener,
     peers: BTreeMap<u64, String>,
+    faults: wasmraft_grpc::Faults,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Served> {
-    let transport = GrpcTransport::new(config.id, &peers, &tokio::runtime::Handle::current());
+    let transport = GrpcTransport::new(config.id, &peers, faults.clone(), &tokio::runtime::Handle::current());
     let node = tokio::task::block_in_place(|| Node::start_with_transport(config, plugin, transport))
         .context("cannot start the node")?;
     let others = peers.into_iter().filter(|(id, _)| *id != node.id()).collect();
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    let server = tokio::spawn(wasmraft_grpc::serve_on(node.clone(), others, listener, shutdown));
+    let server = tokio::spawn(wasmraft_grpc::serve_on(node.clone(), others, faults, listener, shutdown));
     Ok(Served { node, server })
 }
 

@@ -68,6 +68,36 @@ async fn kill9_leader_under_load_keeps_history_linearizable() {
     assert!(stats.ok_in(2) >= 20, "too few operations after the restart: {}", stats.summary());
 }
 
+/// The leader is partitioned from both followers through the transport's
+/// fault injection, under load: the majority elects a new leader and keeps
+/// serving, the isolated node serves no stale strong reads, and after
+/// healing it rejoins; the whole history stays linearizable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partitioned_leader_is_replaced_and_the_history_stays_linearizable() {
+    let _serial = serial();
+    let seed = seed("a_partitioned_leader_is_replaced_and_the_history_stays_linearizable");
+    let cluster = Cluster::start(3).await;
+    let load = Workload::start(&cluster, 6, &[Consistency::Linearizable, Consistency::Lease], seed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let leader = cluster.leader().await;
+    load.set_phase(1);
+    cluster.isolate(leader).await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
+    let new_leader = cluster.leader_among(&others).await;
+    eprintln!("partitioned leader {leader}; new leader {new_leader}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    load.set_phase(2);
+    cluster.heal().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (rec, stats) = load.finish().await;
+    eprintln!("{}", stats.summary());
+
+    assert_linearizable(&cluster, &rec, "partitioned leader");
+    assert!(stats.ok_in(0) >= 30, "too few operations before the partition: {}", stats.summary());
+    assert!(stats.ok_puts[1].load(Ordering::Relaxed) >= 20, "too few writes during the partition: {}", stats.summary());
+    assert!(stats.ok_in(2) >= 20, "too few operations after healing: {}", stats.summary());
+}
+
 /// SIGSTOP of the leader for well over an election timeout, under load: the
 /// others elect a new leader and keep serving, and the whole history stays
 /// linearizable.
@@ -380,11 +410,11 @@ async fn eventual_reads_on_a_paused_follower_can_be_stale_and_the_checker_says_s
 /// A follower that was down while the leader compacted its log far past it
 /// catches up from a snapshot streamed over gRPC, with every acknowledged
 /// write, and then follows the log again. `WASMRAFT_SNAPSHOT_TEST_PUTS`
-/// sets how many entries it misses (default 3,000; 100,000 for the full run).
+/// sets how many entries it misses (default 100,000).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_down_for_thousands_of_entries_catches_up_from_a_streamed_snapshot() {
     let _serial = serial();
-    let puts: usize = std::env::var("WASMRAFT_SNAPSHOT_TEST_PUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let puts: usize = std::env::var("WASMRAFT_SNAPSHOT_TEST_PUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let mut cluster = Cluster::start_with(3, "snapshot_entries = 500").await;
     let leader = cluster.leader().await;
     let lagging = cluster.ids().into_iter().find(|&i| i != leader).unwrap();

@@ -6,10 +6,11 @@ use wasmraft_proto::v1::admin_server::Admin;
 use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient;
 use wasmraft_proto::v1::membership_changes_server::MembershipChanges;
 use wasmraft_proto::v1::{
-    AddLearnerRequest, Member, MemberRequest, MembersRequest, MembersResponse, MembershipResponse,
+    AddLearnerRequest, CutOffRequest, CutOffResponse, Member, MemberRequest, MembersRequest, MembersResponse, MembershipResponse,
     TransferLeaderRequest, TransferLeaderResponse,
 };
 
+use crate::faults::Faults;
 use crate::forward::Forwarder;
 
 use crate::status::to_status;
@@ -20,12 +21,13 @@ pub struct AdminService {
     node: Node,
     /// Member addresses: configured and learned from the log.
     addresses: Forwarder,
+    faults: Faults,
 }
 
 impl AdminService {
     /// Serves `node`; `addresses` resolves member ids to addresses.
-    pub fn new(node: Node, addresses: Forwarder) -> Self {
-        Self { node, addresses }
+    pub fn new(node: Node, addresses: Forwarder, faults: Faults) -> Self {
+        Self { node, addresses, faults }
     }
 
     /// The leader's membership client, when this node is not the leader.
@@ -81,6 +83,13 @@ impl MembershipChanges for AdminService {
 
 #[tonic::async_trait]
 impl Admin for AdminService {
+    async fn cut_off(&self, r: Request<CutOffRequest>) -> Result<Response<CutOffResponse>, Status> {
+        let peers = r.into_inner().peers;
+        tracing::warn!(?peers, "fault injection: cutting this node off from peers");
+        self.faults.cut_off(peers).map_err(Status::failed_precondition)?;
+        Ok(Response::new(CutOffResponse {}))
+    }
+
     async fn members(&self, _r: Request<MembersRequest>) -> Result<Response<MembersResponse>, Status> {
         let m = self.node.members().await.map_err(to_status)?;
         let member = |id: &wasmraft_raft::NodeId, role: &str| Member {

@@ -5,6 +5,7 @@
 
 mod admin_service;
 mod client_service;
+mod faults;
 mod forward;
 mod raft_service;
 mod status;
@@ -12,6 +13,7 @@ mod transport;
 
 pub use admin_service::AdminService;
 pub use client_service::ClientService;
+pub use faults::Faults;
 pub use forward::Forwarder;
 pub use raft_service::RaftService;
 pub use status::to_status;
@@ -31,6 +33,7 @@ use wasmraft_proto::v1::raft_server::RaftServer;
 pub async fn serve_on(
     node: Node,
     peers: BTreeMap<u64, String>,
+    faults: Faults,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
@@ -42,13 +45,13 @@ pub async fn serve_on(
     if let Ok(addr) = incoming_addr {
         addresses.insert(node.id(), addr.to_string());
     }
-    let admin = AdminService::new(node.clone(), Forwarder::new(node.clone(), addresses));
+    let admin = AdminService::new(node.clone(), Forwarder::new(node.clone(), addresses), faults.clone());
     let client = ClientService::new(node.clone(), Forwarder::new(node.clone(), peers));
     tonic::transport::Server::builder()
         .add_service(AdminServer::new(admin.clone()))
         .add_service(MembershipChangesServer::new(admin))
         .add_service(ClientServer::new(client).max_decoding_message_size(4 << 20))
-        .add_service(RaftServer::new(RaftService::new(node)).max_decoding_message_size(256 << 20))
+        .add_service(RaftServer::new(RaftService::new(node, faults)).max_decoding_message_size(256 << 20))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

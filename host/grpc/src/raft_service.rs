@@ -1,6 +1,8 @@
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 use wasmraft_node::{Node, SnapshotData};
+
+use crate::faults::Faults;
 use wasmraft_raft::{Message, MessageBody, NodeId, Term};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_server::Raft;
@@ -10,12 +12,13 @@ use wasmraft_proto::v1::{InstallSnapshotResponse, RaftBatch, SendAck, SnapshotCh
 #[derive(Clone, Debug)]
 pub struct RaftService {
     node: Node,
+    faults: Faults,
 }
 
 impl RaftService {
-    /// Serves `node`.
-    pub fn new(node: Node) -> Self {
-        Self { node }
+    /// Serves `node`; `faults` may cut peers off (tests).
+    pub fn new(node: Node, faults: Faults) -> Self {
+        Self { node, faults }
     }
 }
 
@@ -26,6 +29,7 @@ impl Raft for RaftService {
         while let Some(batch) = stream.next().await {
             for m in batch?.messages {
                 match convert::from_message(m) {
+                    Ok(m) if self.faults.is_cut_off(m.from.0) => {}
                     Ok(m) if m.to.0 == self.node.id() => self.node.step(m),
                     Ok(m) => tracing::warn!(to = m.to.0, "message for another node; dropped"),
                     Err(e) => return Err(Status::invalid_argument(e.to_string())),
@@ -54,6 +58,9 @@ impl Raft for RaftService {
             complete |= chunk.last;
         }
         let (meta, from, term) = header.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        if self.faults.is_cut_off(from) {
+            return Err(Status::unavailable("partitioned (fault injection)"));
+        }
         if !complete || from == 0 {
             return Err(Status::invalid_argument("incomplete snapshot stream"));
         }

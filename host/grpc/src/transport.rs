@@ -20,13 +20,15 @@ const BATCH: usize = 1024;
 /// Pairs per snapshot chunk.
 const CHUNK_PAIRS: usize = 1024;
 
-/// Sends Raft messages to peers over gRPC. Each peer gets a task that keeps
+/// Sends Raft messages to peers over gRPC (dropping those to peers that
+/// [`crate::Faults`] cut off). Each peer gets a task that keeps
 /// one stream open, reconnecting after failures, and sends whatever has
 /// queued up as one batch; [`Transport::send`] only queues, so it never
 /// blocks the Raft loop.
 #[derive(Debug)]
 pub struct GrpcTransport {
     self_id: u64,
+    faults: crate::faults::Faults,
     peers: HashMap<NodeId, mpsc::Sender<RaftMessage>>,
     addresses: BTreeMap<u64, String>,
     runtime: tokio::runtime::Handle,
@@ -35,7 +37,12 @@ pub struct GrpcTransport {
 impl GrpcTransport {
     /// Connects lazily to every peer in `peers` (id -> `host:port`) except
     /// `self_id`, spawning on `runtime`.
-    pub fn new(self_id: u64, peers: &BTreeMap<u64, String>, runtime: &tokio::runtime::Handle) -> Self {
+    pub fn new(
+        self_id: u64,
+        peers: &BTreeMap<u64, String>,
+        faults: crate::faults::Faults,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
         let mut senders = HashMap::new();
         for (&id, addr) in peers {
             if id == self_id {
@@ -45,13 +52,16 @@ impl GrpcTransport {
             runtime.spawn(peer_task(id, addr.clone(), rx));
             senders.insert(NodeId(id), tx);
         }
-        Self { self_id, peers: senders, addresses: peers.clone(), runtime: runtime.clone() }
+        Self { self_id, faults, peers: senders, addresses: peers.clone(), runtime: runtime.clone() }
     }
 }
 
 impl Transport for GrpcTransport {
     fn send(&mut self, messages: Vec<Message>) {
         for m in messages {
+            if self.faults.is_cut_off(m.to.0) {
+                continue;
+            }
             match self.peers.get(&m.to) {
                 Some(tx) => {
                     if tx.try_send(convert::message(m)).is_err() {
@@ -76,6 +86,10 @@ impl Transport for GrpcTransport {
     }
 
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {
+        if self.faults.is_cut_off(message.to.0) {
+            done(false);
+            return;
+        }
         let Some(addr) = self.addresses.get(&message.to.0).cloned() else {
             done(false);
             return;

@@ -71,7 +71,7 @@ impl Cluster {
         for (id, addr) in &addrs {
             let data = dir.path().join(format!("n{id}"));
             let config = format!(
-                "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\n\n[peers]\n{peers}\n\
+                "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\nfault_injection = true\n\n[peers]\n{peers}\n\
                  [raft]\ntick_ms = {TICK_MS}\nelection_ticks = {ELECTION_TICKS}\nheartbeat_ticks = 1\n{raft_extra}\n\
                  [limits]\nrequest_timeout_ms = 1000\n",
                 data.display()
@@ -84,6 +84,29 @@ impl Cluster {
         }
         cluster.leader().await;
         cluster
+    }
+
+    /// Partitions node `id` from every other node, both ways, through the
+    /// nodes' transport fault injection (the processes keep running).
+    pub async fn isolate(&self, id: u64) {
+        let others: Vec<u64> = self.ids().into_iter().filter(|&o| o != id).collect();
+        self.cut_off(id, others.clone()).await;
+        for o in others {
+            self.cut_off(o, vec![id]).await;
+        }
+    }
+
+    /// Restores every link.
+    pub async fn heal(&self) {
+        for id in self.ids() {
+            self.cut_off(id, Vec::new()).await;
+        }
+    }
+
+    async fn cut_off(&self, id: u64, peers: Vec<u64>) {
+        use wasmraft_proto::v1::{CutOffRequest, admin_client::AdminClient};
+        let mut admin = AdminClient::connect(format!("http://{}", self.addr(id))).await.expect("admin connection");
+        admin.cut_off(CutOffRequest { peers }).await.expect("cut off");
     }
 
     /// What node `id` has logged so far.
