@@ -42,9 +42,18 @@ pub struct Served {
 }
 
 impl Served {
-    /// Waits for the server to drain, then stops the node.
-    pub async fn stop(self) -> anyhow::Result<()> {
-        let result = self.server.await.context("server task")?.context("gRPC server failed");
+    /// Lets the server drain for a moment, then stops the node. The drain
+    /// is bounded: peers keep their Raft streams to this node open (they are
+    /// running, or draining too), so waiting for every connection to close
+    /// would never end.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let result = match tokio::time::timeout(std::time::Duration::from_secs(2), &mut self.server).await {
+            Ok(joined) => joined.context("server task")?.context("gRPC server failed"),
+            Err(_) => {
+                self.server.abort();
+                Ok(())
+            }
+        };
         tracing::info!(id = self.node.id(), "node stopped");
         tokio::task::block_in_place(|| self.node.shutdown());
         result

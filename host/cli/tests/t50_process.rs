@@ -108,6 +108,30 @@ fn members_and_leader_transfer() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a voter"), "{}", String::from_utf8_lossy(&bad.stderr));
 }
 
+/// SIGTERM (or Ctrl-C) stops a running cluster promptly, although its
+/// nodes hold Raft streams open to each other.
+#[test]
+fn sigterm_stops_the_nodes_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = DevNode::start(dir.path());
+    stdout(&node.cli(&["put", "a", "1"]));
+    let pid = node.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "wasmraft dev did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The data is intact for the next start.
+    drop(node);
+    let node = DevNode::start(dir.path());
+    assert_eq!(stdout(&node.cli(&["get", "a"])), "1\n");
+}
+
 #[test]
 fn a_config_with_an_unknown_key_is_refused() {
     let dir = tempfile::tempdir().unwrap();
