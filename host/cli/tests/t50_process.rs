@@ -292,7 +292,7 @@ fn a_node_joins_as_learner_is_promoted_and_removed() {
         format!("id = 4\ndata_dir = \"{}\"\nlisten = \"{addr}\"\njoin = true\n[raft]\ntick_ms = 50\n[peers]\n{peers}", data.display()),
     )
     .unwrap();
-    let mut fourth = Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap();
+    let fourth = KillOnDrop(Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap());
     stdout(&cluster.cli(&["put", "before-join", "1"]));
 
     // Writes keep flowing through every membership change.
@@ -359,8 +359,17 @@ fn a_node_joins_as_learner_is_promoted_and_removed() {
             assert!(stored.contains(format!("load/{n:06}").as_bytes()), "acknowledged load/{n:06} was lost");
         }
     });
-    let _ = fourth.kill();
-    let _ = fourth.wait();
+    drop(fourth);
+}
+
+/// A child process killed (SIGKILL) when the test ends, however it ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn prefix_request(prefix: &str) -> Vec<u8> {
