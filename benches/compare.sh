@@ -19,8 +19,8 @@ CONNS=${CONNS:-200}
 CLIENTS=${CLIENTS:-1000}
 OUT=${OUT_DIR:-$(mktemp -d /tmp/wasmraft-compare.XXXXXX)}
 mkdir -p "$OUT"
-BIN=${WASMRAFT_BIN:-target/debug/wasmraft}
-BENCH=${WASMRAFT_BENCH:-target/debug/wasmraft-bench}
+BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/wasmraft}
+BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
 CLK=$(getconf CLK_TCK)
 
 cpu_of() { # pids... -> seconds of user+system CPU

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
 cargo build --locked --bin wasmraft
-exec target/debug/wasmraft dev "$@"
+exec "${CARGO_TARGET_DIR:-target}/debug/wasmraft" dev "$@"

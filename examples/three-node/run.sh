@@ -4,7 +4,7 @@
 # wasmraft-data/three-node/ (delete it to start afresh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin=${WASMRAFT_BIN:-target/debug/wasmraft}
+bin=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/wasmraft}
 [ -x "$bin" ] || cargo build --locked --bin wasmraft
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM EXIT
