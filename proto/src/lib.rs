@@ -23,6 +23,20 @@ pub mod mvccpb {
     tonic::include_proto!("mvccpb");
 }
 
+/// The etcd `range_end` that selects every key starting with `prefix` (the
+/// prefix with its last byte below 0xff incremented; `"\0"`, every key from
+/// `prefix` on, when there is none).
+pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// The `wasmraft-error` metadata key of error statuses.
 pub const ERROR_KEY: &str = "wasmraft-error";
 /// The `wasmraft-leader-id` metadata key of not-leader errors.

@@ -6,18 +6,6 @@ use wasmraft_proto::etcdserverpb::{
     DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response,
 };
 
-/// The etcd `range_end` that selects every key starting with `prefix`.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0] // every key from `prefix` on
-}
-
 pub fn encode(request: Request) -> Vec<u8> {
     RequestOp { request: Some(request) }.encode_to_vec()
 }
@@ -27,12 +15,12 @@ pub fn put(key: &str, value: &str) -> Vec<u8> {
 }
 
 pub fn range(key: &str, prefix: bool) -> Vec<u8> {
-    let range_end = if prefix { prefix_end(key.as_bytes()) } else { Vec::new() };
+    let range_end = if prefix { wasmraft_proto::prefix_range_end(key.as_bytes()) } else { Vec::new() };
     encode(Request::RequestRange(RangeRequest { key: key.into(), range_end, ..Default::default() }))
 }
 
 pub fn delete(key: &str, prefix: bool) -> Vec<u8> {
-    let range_end = if prefix { prefix_end(key.as_bytes()) } else { Vec::new() };
+    let range_end = if prefix { wasmraft_proto::prefix_range_end(key.as_bytes()) } else { Vec::new() };
     encode(Request::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end, prev_kv: false }))
 }
 

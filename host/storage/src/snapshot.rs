@@ -188,11 +188,6 @@ impl Storage {
     pub fn snapshot(&self) -> Result<Option<SnapshotMeta>, StorageError> {
         self.snapshot_meta_stored()
     }
-
-    /// Where this store's snapshots live (beside the data directory).
-    pub fn snapshots_path(&self) -> PathBuf {
-        self.snapshot_dir()
-    }
 }
 
 fn io(e: std::io::Error) -> StorageError {

@@ -36,17 +36,6 @@ fn decode(bytes: &[u8]) -> Result<Response, Error> {
         .ok_or_else(|| Error::UnexpectedResponse("empty ResponseOp".into()))
 }
 
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 impl Kv {
     /// Talks to `node` (any node of the cluster: followers forward writes
     /// when they are reached over gRPC; in process, give it the leader).
@@ -76,7 +65,7 @@ impl Kv {
         consistency: Consistency,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
         let p = prefix.as_ref();
-        let range = RangeRequest { key: p.to_vec(), range_end: prefix_end(p), ..Default::default() };
+        let range = RangeRequest { key: p.to_vec(), range_end: wasmraft_proto::prefix_range_end(p), ..Default::default() };
         self.range(range, consistency).await
     }
 
@@ -95,7 +84,7 @@ impl Kv {
     /// Deletes every key that starts with `prefix`; returns how many.
     pub async fn delete_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<i64, Error> {
         let p = prefix.as_ref();
-        self.delete_range(p.to_vec(), prefix_end(p)).await
+        self.delete_range(p.to_vec(), wasmraft_proto::prefix_range_end(p)).await
     }
 
     async fn delete_range(&self, key: Vec<u8>, range_end: Vec<u8>) -> Result<i64, Error> {
