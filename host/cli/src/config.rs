@@ -34,9 +34,13 @@ pub struct FileConfig {
     /// instead of bootstrapping one from `[peers]`.
     #[serde(default)]
     pub join: bool,
-    /// Allow the admin API's CutOff call (partition tests). Never in production.
+    /// Allow the admin API's fault injection calls (partition and divergence
+    /// tests). Never in production.
     #[serde(default)]
     pub fault_injection: bool,
+    /// Serve Prometheus metrics on `http://ADDRESS/metrics`.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
     #[serde(default)]
     pub raft: RaftSection,
     #[serde(default)]
@@ -59,6 +63,9 @@ pub struct RaftSection {
     pub heartbeat_ticks: u64,
     /// Snapshot and compact the log after this many applied entries (0: never).
     pub snapshot_entries: u64,
+    /// Compare replicas' keyspace hashes every this many applied entries
+    /// (0: only with `wasmraft check`).
+    pub hash_check_entries: u64,
 }
 
 impl Default for RaftSection {
@@ -69,6 +76,7 @@ impl Default for RaftSection {
             election_ticks: d.election_ticks,
             heartbeat_ticks: d.heartbeat_ticks,
             snapshot_entries: d.snapshot_entries,
+            hash_check_entries: d.hash_check_entries,
         }
     }
 }
@@ -82,6 +90,7 @@ pub struct LimitsSection {
     pub max_key_bytes: usize,
     pub max_value_bytes: usize,
     pub query_instances: usize,
+    pub watchdog_ms: u64,
     pub request_timeout_ms: u64,
     pub max_command_bytes: usize,
 }
@@ -97,6 +106,7 @@ impl Default for LimitsSection {
             max_key_bytes: p.max_key_bytes,
             max_value_bytes: p.max_value_bytes,
             query_instances: p.query_instances,
+            watchdog_ms: p.watchdog_ms,
             request_timeout_ms: n.request_timeout.as_millis() as u64,
             max_command_bytes: n.max_command_bytes,
         }
@@ -139,6 +149,7 @@ impl FileConfig {
             election_ticks: self.raft.election_ticks,
             heartbeat_ticks: self.raft.heartbeat_ticks,
             snapshot_entries: self.raft.snapshot_entries,
+            hash_check_entries: self.raft.hash_check_entries,
             sync_log: self.sync_log,
             plugin: PluginConfig {
                 fuel_per_entry: self.limits.fuel_per_entry,
@@ -147,6 +158,7 @@ impl FileConfig {
                 max_key_bytes: self.limits.max_key_bytes,
                 max_value_bytes: self.limits.max_value_bytes,
                 query_instances: self.limits.query_instances,
+                watchdog_ms: self.limits.watchdog_ms,
             },
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
             max_command_bytes: self.limits.max_command_bytes,

@@ -26,6 +26,9 @@ pub struct DevArgs {
     /// wasmraft-sdk) instead of the built-in KV plugin.
     #[arg(long)]
     pub plugin: Option<PathBuf>,
+    /// Serve Prometheus metrics of every node on http://ADDRESS/metrics.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
@@ -69,12 +72,18 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         served.push(crate::run::start(config, &plugin, listener, peers.clone(), wasmraft_grpc::Faults::new(false), stop.clone())?);
     }
     let leader = served[0].node.wait_for_leader().await.context("the cluster did not elect a leader")?;
+    if let Some(addr) = args.metrics_listen {
+        crate::run::serve_metrics(served.iter().map(|s| s.node.clone()).collect(), addr, stop.clone()).await?;
+    }
 
     let endpoints: Vec<&str> = peers.values().map(String::as_str).collect();
     let plugin_name = if args.plugin.is_some() { "custom" } else { "kv (built in)" };
     println!("wasmraft dev: {} node(s) ready, plugin {plugin_name}, leader node {leader}", args.nodes);
     println!("  endpoints: {}", endpoints.join(","));
     println!("  data:      {}", data_dir.display());
+    if let Some(addr) = args.metrics_listen {
+        println!("  metrics:   http://{addr}/metrics");
+    }
     println!("  try:       wasmraft put a 1 && wasmraft get a");
     println!("  stop:      Ctrl-C");
 

@@ -5,6 +5,8 @@ mod config;
 mod dev;
 mod kv;
 mod logging;
+mod plugin_cmds;
+mod plugin_new;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +59,12 @@ enum Command {
     Propose(client_cmds::ProposeArgs),
     /// Run a raw read-only query on any plugin and print its response.
     Query(client_cmds::QueryArgs),
+    /// Deploy a plugin through the log, show the running one, or start a new one.
+    #[command(subcommand)]
+    Plugin(plugin_cmds::PluginCommand),
+    /// Check that every replica's keyspace is identical at one index (each
+    /// node hashes it; mismatches are reported and the command fails).
+    Check(plugin_cmds::CheckArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -78,6 +86,8 @@ fn main() -> std::process::ExitCode {
             Command::Member(c) => client_cmds::member(c).await,
             Command::Propose(a) => client_cmds::propose(a).await,
             Command::Query(a) => client_cmds::query(a).await,
+            Command::Plugin(c) => plugin_cmds::run(c).await,
+            Command::Check(a) => plugin_cmds::check(a).await,
         }
     });
     match result {

@@ -29,7 +29,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(config = ?config, listen = %file.listen, ?peers, "effective configuration");
     let listener = TcpListener::bind(file.listen).await.with_context(|| format!("cannot listen on {}", file.listen))?;
     let (stop_tx, stop) = watch::channel(false);
-    let server = start(config, &plugin, listener, peers, wasmraft_grpc::Faults::new(file.fault_injection), stop)?;
+    let server = start(config, &plugin, listener, peers, wasmraft_grpc::Faults::new(file.fault_injection), stop.clone())?;
+    if let Some(addr) = file.metrics_listen {
+        serve_metrics(vec![server.node.clone()], addr, stop).await?;
+    }
     shutdown_signal().await;
     let _ = stop_tx.send(true);
     server.stop().await
@@ -80,6 +83,17 @@ pub fn start(
     };
     let server = tokio::spawn(wasmraft_grpc::serve_on(node.clone(), others, faults, listener, shutdown));
     Ok(Served { node, server })
+}
+
+/// Serves Prometheus metrics for `nodes` on `addr` until `stop` turns true.
+pub async fn serve_metrics(nodes: Vec<Node>, addr: std::net::SocketAddr, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tokio::spawn(wasmraft_grpc::serve_metrics(nodes, listener, shutdown));
+    Ok(())
 }
 
 pub async fn shutdown_signal() {

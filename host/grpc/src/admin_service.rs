@@ -6,7 +6,7 @@ use wasmraft_proto::v1::admin_server::Admin;
 use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient;
 use wasmraft_proto::v1::membership_changes_server::MembershipChanges;
 use wasmraft_proto::v1::{
-    AddLearnerRequest, CutOffRequest, CutOffResponse, Member, MemberRequest, MembersRequest, MembersResponse, MembershipResponse,
+    AddLearnerRequest, CutOffRequest, CutOffResponse, InjectDivergentWriteRequest, InjectDivergentWriteResponse, Member, MemberRequest, MembersRequest, MembersResponse, MembershipResponse,
     TransferLeaderRequest, TransferLeaderResponse,
 };
 
@@ -88,6 +88,17 @@ impl Admin for AdminService {
         tracing::warn!(?peers, "fault injection: cutting this node off from peers");
         self.faults.cut_off(peers).map_err(Status::failed_precondition)?;
         Ok(Response::new(CutOffResponse {}))
+    }
+
+    async fn inject_divergent_write(
+        &self,
+        r: Request<InjectDivergentWriteRequest>,
+    ) -> Result<Response<InjectDivergentWriteResponse>, Status> {
+        let r = r.into_inner();
+        self.faults.check_enabled().map_err(Status::failed_precondition)?;
+        tracing::warn!(key = ?String::from_utf8_lossy(&r.key), "fault injection: writing the keyspace behind Raft's back");
+        self.node.inject_divergent_write(&r.key, &r.value).map_err(to_status)?;
+        Ok(Response::new(InjectDivergentWriteResponse {}))
     }
 
     async fn members(&self, _r: Request<MembersRequest>) -> Result<Response<MembersResponse>, Status> {

@@ -111,6 +111,16 @@ impl Client for ClientService {
                 sha256: s.plugin.sha256,
             }),
             fatal: s.fatal.unwrap_or_default(),
+            plugin_deployed_at: s.deployed_at,
+            hash_index: s.hash_check.as_ref().map_or(0, |c| c.index),
+            hash_sha256: s.hash_check.as_ref().map(|c| c.sha256.clone()).unwrap_or_default(),
+            hash_vs_leader: match s.hash_check.as_ref().and_then(|c| c.matches_leader) {
+                Some(true) => "match".into(),
+                Some(false) => "mismatch".into(),
+                None => String::new(),
+            },
+            divergence: s.divergence.unwrap_or_default(),
+            divergences: s.divergences,
         }))
     }
 }

@@ -25,11 +25,14 @@ impl Faults {
         self.enabled && self.cut_off.read().contains(&peer)
     }
 
+    /// Refuses unless fault injection is enabled.
+    pub fn check_enabled(&self) -> Result<(), &'static str> {
+        if self.enabled { Ok(()) } else { Err("fault injection is disabled on this node (set fault_injection = true)") }
+    }
+
     /// Drops messages to and from `peers` from now on (empty: heal).
     pub fn cut_off(&self, peers: impl IntoIterator<Item = u64>) -> Result<(), &'static str> {
-        if !self.enabled {
-            return Err("fault injection is disabled on this node (set fault_injection = true)");
-        }
+        self.check_enabled()?;
         *self.cut_off.write() = peers.into_iter().collect();
         Ok(())
     }

@@ -7,6 +7,8 @@ mod admin_service;
 mod client_service;
 mod faults;
 mod forward;
+mod metrics;
+mod plugin_service;
 mod raft_service;
 mod status;
 mod transport;
@@ -15,6 +17,8 @@ pub use admin_service::AdminService;
 pub use client_service::ClientService;
 pub use faults::Faults;
 pub use forward::Forwarder;
+pub use metrics::serve_metrics;
+pub use plugin_service::PluginService;
 pub use raft_service::RaftService;
 pub use status::to_status;
 pub use transport::GrpcTransport;
@@ -25,6 +29,7 @@ use wasmraft_node::Node;
 use wasmraft_proto::v1::admin_server::AdminServer;
 use wasmraft_proto::v1::membership_changes_server::MembershipChangesServer;
 use wasmraft_proto::v1::client_server::ClientServer;
+use wasmraft_proto::v1::plugins_server::PluginsServer;
 use wasmraft_proto::v1::raft_server::RaftServer;
 
 /// Serves the client and Raft APIs of `node` on a bound listener until
@@ -45,11 +50,13 @@ pub async fn serve_on(
     if let Ok(addr) = incoming_addr {
         addresses.insert(node.id(), addr.to_string());
     }
-    let admin = AdminService::new(node.clone(), Forwarder::new(node.clone(), addresses), faults.clone());
+    let admin = AdminService::new(node.clone(), Forwarder::new(node.clone(), addresses.clone()), faults.clone());
+    let plugins = PluginService::new(node.clone(), Forwarder::new(node.clone(), addresses));
     let client = ClientService::new(node.clone(), Forwarder::new(node.clone(), peers));
     tonic::transport::Server::builder()
         .add_service(AdminServer::new(admin.clone()))
         .add_service(MembershipChangesServer::new(admin))
+        .add_service(PluginsServer::new(plugins).max_decoding_message_size(plugin_service::MAX_REQUEST_BYTES))
         .add_service(ClientServer::new(client).max_decoding_message_size(4 << 20))
         .add_service(RaftServer::new(RaftService::new(node, faults)).max_decoding_message_size(256 << 20))
         .serve_with_incoming_shutdown(incoming, shutdown)

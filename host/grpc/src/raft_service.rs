@@ -55,6 +55,7 @@ impl Raft for RaftService {
             }
             data.state.extend(chunk.pairs.into_iter().map(|p| (p.key, p.value)));
             data.sessions.extend(chunk.sessions.into_iter().map(|p| (p.key, p.value)));
+            data.system.extend(chunk.system.into_iter().map(|p| (p.key, p.value)));
             complete |= chunk.last;
         }
         let (meta, from, term) = header.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;

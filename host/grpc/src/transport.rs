@@ -132,6 +132,7 @@ async fn stream_snapshot(addr: &str, message: Message, data: SnapshotData) -> Re
     chunks[0].term = message.term.0;
     let last = chunks.len() - 1;
     chunks[last].sessions = data.sessions.iter().map(pair).collect();
+    chunks[last].system = data.system.iter().map(pair).collect();
     chunks[last].last = true;
     let response = client.install_snapshot(tokio_stream::iter(chunks)).await.map_err(|e| e.to_string())?;
     if response.into_inner().accepted { Ok(()) } else { Err("the follower refused the snapshot".into()) }

@@ -12,6 +12,8 @@ use wasmraft_raft::{EntryPayload, Index, LogId, SnapshotMeta, Term};
 use wasmraft_runtime::{EntryEvent, EntryInput, StateView};
 use wasmraft_storage::{SnapshotData, StateWrite, Storage};
 
+use crate::deploy::{self, Loader, Prepared, SharedQueries};
+use crate::divergence::HashChecks;
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::node::{Applied, NodeStatus};
@@ -46,6 +48,15 @@ pub(crate) struct ApplyWorker {
     pub snapshot_index: u64,
     /// Member addresses learned from the log, shared with the node handle.
     pub addresses: Arc<parking_lot::RwLock<BTreeMap<u64, String>>>,
+    /// Loads deployed plugins; `None` for a native state machine.
+    pub loader: Option<Loader>,
+    /// The query side of the running plugin, swapped on deploy.
+    pub queries: SharedQueries,
+    /// The plugin the node was started with: it runs again if a snapshot
+    /// predates every deploy.
+    pub boot_wasm: Arc<[u8]>,
+    /// Keyspace hashes and their comparison with the leader's.
+    pub hashes: HashChecks,
 }
 
 impl ApplyWorker {
@@ -69,7 +80,11 @@ impl ApplyWorker {
                     }
                 }
                 ApplyTask::Apply(entries) => {
-                    if let Err(fatal) = self.apply(entries).and_then(|()| self.maybe_snapshot()) {
+                    let result = split_batches(entries)
+                        .into_iter()
+                        .try_for_each(|batch| self.apply(batch).and_then(|()| self.maybe_snapshot()))
+                        .map(|()| self.maybe_propose_hash_check());
+                    if let Err(fatal) = result {
                         tracing::error!(error = %fatal, "apply failed; this node stops applying");
                         self.status.lock().fatal = Some(fatal.clone());
                         for (_, (_, reply)) in std::mem::take(&mut self.waiters) {
@@ -100,6 +115,7 @@ impl ApplyWorker {
         let sessions = Sessions::load(sessions.collect::<Result<Vec<_>, String>>()?)?;
         self.storage.install_snapshot(&meta, &data).map_err(|e| format!("installing a snapshot: {e}"))?;
         tracing::info!(index = meta.last.index.0, keys = data.state.len(), "installed a snapshot from the leader");
+        self.adopt_snapshot_records()?;
         self.sessions = sessions;
         self.last_applied = meta.last;
         self.snapshot_index = meta.last.index.0;
@@ -126,6 +142,9 @@ impl ApplyWorker {
         let mut plans = Vec::with_capacity(entries.len());
         // Tagged commands of this batch not yet in the session table.
         let mut in_batch: HashMap<u64, (u64, usize)> = HashMap::new();
+        // A deploy or a hash check ends its batch (see `split_batches`).
+        let mut deploy: Option<Prepared> = None;
+        let mut hash_at: Option<u64> = None;
         for (pos, e) in entries.iter().enumerate() {
             let plan = match &e.payload {
                 EntryPayload::Normal(bytes) if SystemCommand::decode(bytes).is_some() => {
@@ -134,6 +153,25 @@ impl ApplyWorker {
                             self.storage.set_address(id, &address).map_err(|e| e.to_string())?;
                             self.addresses.write().insert(id, address.clone());
                             let _ = self.raft.send(LoopMsg::SetAddress { id, address });
+                            Plan::Done(Ok(Vec::new()))
+                        }
+                        Ok(SystemCommand::DeployPlugin { timestamp_ms, wasm }) => {
+                            let at = EntryInput { index: e.log_id.index.0, term: e.log_id.term.0, timestamp_ms, command: Vec::new() };
+                            match self.prepare_deploy(wasm, &at)? {
+                                Ok(prepared) => {
+                                    let response = prepared.record.sha256.clone().into_bytes();
+                                    deploy = Some(prepared);
+                                    Plan::Done(Ok(response))
+                                }
+                                Err(reason) => Plan::Done(Err(Error::Invalid(reason))),
+                            }
+                        }
+                        Ok(SystemCommand::CheckHash) => {
+                            hash_at = Some(e.log_id.index.0);
+                            Plan::Done(Ok(Vec::new()))
+                        }
+                        Ok(SystemCommand::ExpectHash { index, hash }) => {
+                            self.hashes.compare(index, &hash, &self.status);
                             Plan::Done(Ok(Vec::new()))
                         }
                         Err(m) => Plan::Done(Err(Error::Invalid(m))),
@@ -234,14 +272,26 @@ impl ApplyWorker {
             }
         }
 
-        self.storage
-            .apply(
-                last,
-                batch.writes.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() }),
-                changed.iter().map(|(c, v)| (*c, v.as_deref())),
-            )
-            .map_err(|e| e.to_string())?;
+        match deploy {
+            Some(prepared) => self.switch_plugin(last, prepared)?,
+            None => self
+                .storage
+                .apply(
+                    last,
+                    batch.writes.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() }),
+                    changed.iter().map(|(c, v)| (*c, v.as_deref())),
+                )
+                .map_err(|e| e.to_string())?,
+        }
         self.last_applied = last;
+        if let Some(index) = hash_at {
+            let hash = self.storage.state_hash().map_err(|e| format!("hashing the keyspace: {e}"))?;
+            if let Some(expect) = self.hashes.record(index, hash, &self.status) {
+                // The leader tells every replica its hash through the log.
+                let (reply, _) = tokio::sync::oneshot::channel();
+                let _ = self.raft.send(LoopMsg::ProposeSystem { data: expect.encode(), reply });
+            }
+        }
 
         for ((e, outcome), at) in entries.iter().zip(outcomes).zip(applied_at) {
             if let Some((term, reply)) = self.waiters.remove(&e.log_id.index) {
@@ -266,6 +316,101 @@ impl ApplyWorker {
         let _ = self.raft.send(LoopMsg::Applied(last.index));
         Ok(())
     }
+}
+
+impl ApplyWorker {
+    fn prepare_deploy(&mut self, wasm: Vec<u8>, at: &EntryInput) -> Result<Result<Prepared, String>, String> {
+        let Some(loader) = &self.loader else {
+            return Ok(Err("this node runs a native state machine; plugins cannot be deployed to it".into()));
+        };
+        let previous = self.status.lock().plugin.clone();
+        let view: Arc<dyn StateView> = Arc::new(StorageView(self.storage.apply_reader()));
+        let prepared = deploy::prepare(loader, wasm, at, view, &previous)?;
+        match &prepared {
+            Ok(p) => tracing::info!(index = at.index, plugin = %p.record.name, version = %p.record.version,
+                sha256 = %p.record.sha256, migration_writes = p.migration.len(), "deploying a plugin"),
+            Err(reason) => tracing::warn!(index = at.index, %reason, "refused a plugin deploy"),
+        }
+        Ok(prepared)
+    }
+
+    /// Stores a deploy with its applied index and switches to the plugin.
+    fn switch_plugin(&mut self, last: LogId, p: Prepared) -> Result<(), String> {
+        {
+            let mut queries = self.queries.write();
+            self.storage
+                .deploy_plugin(last, p.migration.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() }), &p.record, &p.wasm)
+                .map_err(|e| e.to_string())?;
+            *queries = p.queries;
+        }
+        let info = p.applier.plugin().info().clone();
+        self.state_machine = Box::new(p.applier);
+        let mut status = self.status.lock();
+        status.plugin = info;
+        status.deployed_at = p.record.deployed_at;
+        Ok(())
+    }
+
+    /// After a snapshot: run the plugin it carries, and learn the member
+    /// addresses it carries.
+    fn adopt_snapshot_records(&mut self) -> Result<(), String> {
+        for (id, address) in self.storage.addresses().map_err(|e| e.to_string())? {
+            self.addresses.write().insert(id, address.clone());
+            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
+        }
+        let Some(loader) = &self.loader else { return Ok(()) };
+        let deployed = self.storage.deployed_plugin().map_err(|e| e.to_string())?;
+        let (wasm, deployed_at): (Vec<u8>, u64) = match deployed {
+            Some((record, wasm)) => (wasm, record.deployed_at),
+            None => (self.boot_wasm.to_vec(), 0),
+        };
+        let current = self.status.lock().plugin.sha256.clone();
+        let plugin = loader.load(&wasm).map_err(|e| format!("loading the plugin of a snapshot: {e}"))?;
+        if plugin.info().sha256 == current {
+            return Ok(());
+        }
+        tracing::info!(plugin = %plugin.info().name, sha256 = %plugin.info().sha256, deployed_at, "switching to the plugin of the snapshot");
+        let info = plugin.info().clone();
+        let (state_machine, queries) = deploy::instantiate(plugin)?;
+        *self.queries.write() = queries;
+        self.state_machine = state_machine;
+        let mut status = self.status.lock();
+        status.plugin = info;
+        status.deployed_at = deployed_at;
+        Ok(())
+    }
+
+    /// On the leader, every `hash_check_entries` applied entries: propose a
+    /// keyspace hash check.
+    fn maybe_propose_hash_check(&mut self) {
+        let is_leader = self.status.lock().role == wasmraft_raft::Role::Leader;
+        if self.hashes.due(self.last_applied.index.0, is_leader) {
+            let (reply, _) = tokio::sync::oneshot::channel();
+            let _ = self.raft.send(LoopMsg::ProposeSystem { data: SystemCommand::CheckHash.encode(), reply });
+        }
+    }
+}
+
+/// Cuts committed entries into batches so that a deploy is alone in its
+/// batch and a hash check ends one: the plugin changes, and the keyspace is
+/// hashed, exactly at their index.
+fn split_batches(entries: Vec<wasmraft_raft::Entry>) -> Vec<Vec<wasmraft_raft::Entry>> {
+    let mut batches = Vec::new();
+    let mut current = Vec::new();
+    for e in entries {
+        let ends = matches!(&e.payload, EntryPayload::Normal(b) if SystemCommand::ends_batch(b));
+        if ends && !current.is_empty() {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(e);
+        if ends {
+            batches.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
 }
 
 /// How the apply thread handles one committed entry.

@@ -34,6 +34,12 @@ pub struct NodeConfig {
     /// Take a snapshot and compact the log after this many applied entries
     /// (0: never).
     pub snapshot_entries: u64,
+    /// The leader checks that replicas' keyspaces agree every this many
+    /// applied entries (0: only on request).
+    pub hash_check_entries: u64,
+    /// Where compiled plugins are cached (default: `<data_dir>.plugin-cache`
+    /// beside the data directory).
+    pub plugin_cache: Option<PathBuf>,
     /// Join an existing cluster (as a learner added through the admin API)
     /// instead of bootstrapping a new one when the data directory is empty.
     pub join: bool,
@@ -55,11 +61,22 @@ impl Default for NodeConfig {
             bootstrap_voters: Vec::new(),
             snapshot_entries: 10_000,
             join: false,
+            hash_check_entries: 10_000,
+            plugin_cache: None,
         }
     }
 }
 
 impl NodeConfig {
+    /// Where compiled plugins are cached.
+    pub fn plugin_cache_dir(&self) -> PathBuf {
+        self.plugin_cache.clone().unwrap_or_else(|| {
+            let mut dir = self.data_dir.clone().into_os_string();
+            dir.push(".plugin-cache");
+            PathBuf::from(dir)
+        })
+    }
+
     /// Checks the values make sense together.
     pub fn validate(&self) -> Result<(), String> {
         if self.id == 0 {

@@ -16,6 +16,8 @@
 
 mod apply;
 mod config;
+mod deploy;
+mod divergence;
 mod envelope;
 mod error;
 mod kv_plugin;
@@ -28,6 +30,8 @@ mod system;
 mod transport;
 
 pub use config::NodeConfig;
+pub use deploy::MAX_PLUGIN_BYTES;
+pub use divergence::HashCheck;
 pub use envelope::Envelope;
 pub use error::{Error, StartError};
 pub use kv_plugin::KV_PLUGIN;
@@ -38,3 +42,4 @@ pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};
 pub use wasmraft_storage::SnapshotData;
 pub use wasmraft_raft::{NodeId, Role};
 pub use wasmraft_runtime::{EntryEvent, PluginConfig, PluginInfo};
+pub use wasmraft_storage::DeployedPlugin;

@@ -6,15 +6,17 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, oneshot, watch};
 use wasmraft_raft::{Membership, MembershipChange, NodeId, RawNode, Role};
-use wasmraft_runtime::{Applier, EntryEvent, Plugin, PluginEngine, PluginInfo, QueryPool, StateView};
+use wasmraft_runtime::{Applier, EntryEvent, PluginEngine, PluginInfo, QueryPool, StateView};
 use wasmraft_storage::{Storage, StorageOptions};
 
 use crate::apply::ApplyWorker;
 use crate::config::NodeConfig;
+use crate::deploy::{Loader, SharedQueries};
+use crate::divergence::{HashCheck, HashChecks};
 use crate::error::{Error, StartError};
 use crate::raft_loop::{LoopMsg, RaftLoop};
 use crate::sessions::Sessions;
-use crate::state_machine::{QueryHandler, StorageView};
+use crate::state_machine::StorageView;
 use crate::transport::{NoPeers, Transport};
 
 /// How fresh a read must be.
@@ -72,6 +74,17 @@ pub struct NodeStatus {
     pub plugin: PluginInfo,
     /// Set when the node stopped on an unrecoverable failure.
     pub fatal: Option<String>,
+    /// The index of the entry that deployed the running plugin (0: the
+    /// plugin the node was started with).
+    pub deployed_at: u64,
+    /// This node's latest keyspace hash.
+    pub hash_check: Option<HashCheck>,
+    /// Keyspace hashes taken so far.
+    pub hash_checks: u64,
+    /// Set when this node's keyspace hash differed from the leader's.
+    pub divergence: Option<String>,
+    /// How many times it differed.
+    pub divergences: u64,
 }
 
 /// A running node: cheap to clone, all methods take `&self`.
@@ -90,7 +103,8 @@ struct Inner {
     config: NodeConfig,
     raft: Sender<LoopMsg>,
     storage: Storage,
-    queries: Arc<dyn QueryHandler>,
+    queries: SharedQueries,
+    loader: Loader,
     applied: watch::Receiver<u64>,
     events: broadcast::Sender<Arc<EntryEvent>>,
     status: Arc<Mutex<NodeStatus>>,
@@ -127,10 +141,18 @@ impl Node {
             storage.bootstrap(&Membership::new(voters.into_iter().map(NodeId)))?;
         }
 
-        let engine = PluginEngine::new(config.plugin.clone())?;
-        let plugin = Plugin::load(&engine, wasm)?;
+        let loader = Loader { engine: PluginEngine::new(config.plugin.clone())?, cache_dir: config.plugin_cache_dir() };
+        // A plugin deployed through the log replaces the configured one.
+        let (plugin, deployed_at) = match storage.deployed_plugin()? {
+            Some((record, deployed)) => {
+                tracing::info!(plugin = %record.name, sha256 = %record.sha256, deployed_at = record.deployed_at,
+                    "running the plugin deployed through the log, not the configured one");
+                (loader.load(&deployed)?, record.deployed_at)
+            }
+            None => (loader.load(wasm)?, 0),
+        };
         let applier = Applier::new(plugin.clone()).map_err(|f| StartError::Recovery(f.0))?;
-        let queries: Arc<dyn QueryHandler> = Arc::new(QueryPool::new(plugin.clone()));
+        let queries: SharedQueries = Arc::new(parking_lot::RwLock::new(Arc::new(QueryPool::new(plugin.clone()))));
 
         let applied = storage.applied()?;
         let hard_state = storage.hard_state();
@@ -161,6 +183,11 @@ impl Node {
             last_index: storage.log_bounds().1 .0,
             plugin: plugin.info().clone(),
             fatal: None,
+            deployed_at,
+            hash_check: None,
+            hash_checks: 0,
+            divergence: None,
+            divergences: 0,
         }));
         let (raft_tx, raft_rx) = channel();
         let (apply_tx, apply_rx) = channel();
@@ -181,6 +208,10 @@ impl Node {
             snapshot_entries: config.snapshot_entries,
             snapshot_index: storage.snapshot()?.map_or(0, |m| m.last.index.0),
             addresses: addresses.clone(),
+            loader: Some(loader.clone()),
+            queries: queries.clone(),
+            boot_wasm: Arc::from(wasm),
+            hashes: HashChecks::new(config.hash_check_entries, applied.index.0),
         };
         let raft_loop = RaftLoop {
             raw,
@@ -223,6 +254,7 @@ impl Node {
                 status,
                 threads: Mutex::new(threads),
                 addresses,
+                loader,
             }),
         })
     }
@@ -273,8 +305,11 @@ impl Node {
         // Inline, not on the blocking pool: a query is microseconds of CPU
         // (memtable reads and a warm wasm instance), and handing it to
         // another thread cost more than running it (two wake-ups per read).
+        // The plugin and the state it reads are taken together: a deploy
+        // switches both at once (see `SharedQueries`).
+        let queries = self.inner.queries.read();
         let view: Arc<dyn StateView> = Arc::new(StorageView(self.inner.storage.consistent_reader()));
-        self.inner.queries.query(view, &request).map_err(Error::from)
+        queries.query(view, &request).map_err(Error::from)
     }
 
     async fn wait_applied(&self, index: u64) -> Result<(), Error> {
@@ -329,10 +364,54 @@ impl Node {
         self.wait(rx).await?.map(|_| ())
     }
 
-    async fn propose_system(&self, command: crate::system::SystemCommand) -> Result<(), Error> {
+    async fn propose_system(&self, command: crate::system::SystemCommand) -> Result<Applied, Error> {
+        self.check_alive()?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::ProposeSystem { data: command.encode(), reply })?;
-        self.wait(rx).await?.map(|_| ())
+        self.wait(rx).await?
+    }
+
+    /// Deploys a plugin through the log: every replica validates it, runs
+    /// its `migrate` export and switches to it at the same index. The bytes
+    /// are validated here first, so a bad binary is refused before it
+    /// reaches the log. Returns the plugin's description and the index it
+    /// runs from. Leader only.
+    pub async fn deploy_plugin(&self, wasm: Vec<u8>) -> Result<(PluginInfo, u64), Error> {
+        let plugin = {
+            let loader = self.inner.loader.clone();
+            let bytes = wasm.clone();
+            // Compiling a large plugin takes seconds: off the async threads.
+            tokio::task::spawn_blocking(move || loader.load(&bytes))
+                .await
+                .map_err(|e| Error::Fatal(format!("plugin validation panicked: {e}")))?
+                .map_err(|e| Error::Invalid(format!("plugin refused: {e}")))?
+        };
+        let timestamp_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let applied = self.propose_system(crate::system::SystemCommand::DeployPlugin { timestamp_ms, wasm }).await?;
+        Ok((plugin.info().clone(), applied.index))
+    }
+
+    /// The running plugin and the index of the entry that deployed it (0:
+    /// the plugin the node started with).
+    pub fn plugin(&self) -> (PluginInfo, u64) {
+        let status = self.inner.status.lock();
+        (status.plugin.clone(), status.deployed_at)
+    }
+
+    /// Asks every replica to hash its keyspace at the next index and compare
+    /// with the leader's (see [`NodeStatus::hash_check`]). Returns the index
+    /// of the check. Leader only.
+    pub async fn check_hashes(&self) -> Result<u64, Error> {
+        Ok(self.propose_system(crate::system::SystemCommand::CheckHash).await?.index)
+    }
+
+    /// Writes to this node's plugin keyspace behind Raft's back, to test
+    /// divergence detection. Fault injection only: never call it otherwise.
+    #[doc(hidden)]
+    pub fn inject_divergent_write(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.inner.storage.inject_state_write(key, value).map_err(|e| Error::Fatal(e.to_string()))
     }
 
     /// Member addresses this node learned from the log.

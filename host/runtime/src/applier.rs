@@ -1,13 +1,14 @@
 use std::sync::Arc;
 
 use wasmtime::Store;
+use wasmtime::component::Instance;
 
 use crate::bindings::StateMachine;
 use crate::bindings::wasmraft::plugin::types as wit;
 use crate::ctx::{CallFailure, PluginCtx, classify};
 use crate::error::{EntryError, Fatal};
 use crate::overlay::Write;
-use crate::plugin::Plugin;
+use crate::plugin::{MigrateParams, MigrateResults, Plugin, PluginInfo};
 use crate::view::{EmptyView, StateView};
 
 /// A committed entry to apply.
@@ -54,6 +55,7 @@ pub struct Applier {
     plugin: Arc<Plugin>,
     store: Store<PluginCtx>,
     instance: StateMachine,
+    raw: Instance,
     /// The instance trapped: its memory may be inconsistent, replace it.
     poisoned: bool,
 }
@@ -67,8 +69,8 @@ impl std::fmt::Debug for Applier {
 impl Applier {
     /// Instantiates the plugin for applying.
     pub fn new(plugin: Arc<Plugin>) -> Result<Self, Fatal> {
-        let (store, instance) = plugin.instantiate(false).map_err(fatal_start)?;
-        Ok(Self { plugin, store, instance, poisoned: false })
+        let (store, instance, raw) = plugin.instantiate(false).map_err(fatal_start)?;
+        Ok(Self { plugin, store, instance, raw, poisoned: false })
     }
 
     /// The plugin this applier runs.
@@ -103,7 +105,9 @@ impl Applier {
                 command: e.command.clone(),
             })
             .collect();
-        if inputs.len() > 1 {
+        // A plugin with WASI reads the entry's clock, which is per call:
+        // it gets one entry per call.
+        if inputs.len() > 1 && !self.plugin.info().wasi {
             if let Ok(results) = self.call(&inputs)? {
                 if results.len() == inputs.len() && results.iter().all(|r| r.is_ok()) {
                     self.store.data_mut().overlay.commit_entry();
@@ -150,20 +154,23 @@ impl Applier {
     /// One `apply` call with a fresh fuel budget. `Ok(Err(trap))` is a guest
     /// fault (the instance is replaced before the next call).
     fn call(&mut self, entries: &[wit::Entry]) -> Result<Result<Vec<WitOutcome>, String>, Fatal> {
-        if self.poisoned {
-            let (mut store, instance) = self.plugin.instantiate(false).map_err(fatal_start)?;
-            let old = self.store.data_mut();
-            let ctx = store.data_mut();
-            ctx.view = std::mem::replace(&mut old.view, Arc::new(EmptyView));
-            ctx.overlay = std::mem::take(&mut old.overlay);
-            self.store = store;
-            self.instance = instance;
-            self.poisoned = false;
-        }
+        self.renew_if_poisoned()?;
         self.plugin.reset_fuel(&mut self.store);
         self.store.data_mut().last_panic = None;
-        match self.instance.call_apply(&mut self.store, entries) {
-            Ok(results) => Ok(Ok(results)),
+        if let [only] = entries {
+            self.store.data().env.enter(only.index, only.term, only.timestamp_ms);
+        }
+        let (instance, store) = (&self.instance, &mut self.store);
+        let result = catch_engine_panic(|| instance.call_apply(&mut *store, entries))?;
+        self.store.data().env.reset();
+        self.settle(result)
+    }
+
+    /// Sorts a call's result into success, a guest fault (the instance is
+    /// replaced before the next call) or a fatal host failure.
+    fn settle<R>(&mut self, result: wasmtime::Result<R>) -> Result<Result<R, String>, Fatal> {
+        match result {
+            Ok(r) => Ok(Ok(r)),
             Err(e) => {
                 let last_panic = self.store.data_mut().last_panic.take();
                 match classify(e, last_panic) {
@@ -177,6 +184,67 @@ impl Applier {
         }
     }
 
+    fn renew_if_poisoned(&mut self) -> Result<(), Fatal> {
+        if self.poisoned {
+            let (mut store, instance, raw) = self.plugin.instantiate(false).map_err(fatal_start)?;
+            let old = self.store.data_mut();
+            let ctx = store.data_mut();
+            ctx.view = std::mem::replace(&mut old.view, Arc::new(EmptyView));
+            ctx.overlay = std::mem::take(&mut old.overlay);
+            self.store = store;
+            self.instance = instance;
+            self.raw = raw;
+            self.poisoned = false;
+        }
+        Ok(())
+    }
+
+    /// Runs the plugin's `migrate` export, if it has one, over `view`, as
+    /// part of the entry `at` that deploys it: `previous` wrote the current
+    /// keyspace. Returns the migration's writes (none without the export),
+    /// or why the plugin refused or failed, which refuses the deploy.
+    pub fn migrate(
+        &mut self,
+        view: Arc<dyn StateView>,
+        previous: &PluginInfo,
+        at: &EntryInput,
+    ) -> Result<Result<Vec<Write>, EntryError>, Fatal> {
+        let Some(index) = self.plugin.migrate else { return Ok(Ok(Vec::new())) };
+        self.renew_if_poisoned()?;
+        self.store.data_mut().view = view;
+        self.store.data_mut().overlay.clear();
+        self.store.data_mut().last_panic = None;
+        self.plugin.set_budget(&mut self.store, self.plugin.engine.config.fuel_per_migration());
+        self.store.data().env.enter(at.index, at.term, at.timestamp_ms);
+        let func = self
+            .raw
+            .get_typed_func::<MigrateParams, MigrateResults>(&mut self.store, &index)
+            .map_err(|e| Fatal(format!("migrate was checked when the plugin loaded: {e:#}")))?;
+        let previous = wit::PluginInfo {
+            name: previous.name.clone(),
+            version: previous.version.clone(),
+            sdk_version: previous.sdk_version.clone(),
+        };
+        let store = &mut self.store;
+        let result = catch_engine_panic(|| {
+            let (out,) = func.call(&mut *store, (previous,))?;
+            Ok(out)
+        })?;
+        let outcome = match self.settle(result)? {
+            Ok(Ok(())) => {
+                self.store.data_mut().overlay.commit_entry();
+                Ok(self.store.data_mut().overlay.take_writes())
+            }
+            Ok(Err(e)) => Err(to_entry_error(e)),
+            Err(trap) => Err(EntryError::Trap(trap)),
+        };
+        let ctx = self.store.data_mut();
+        ctx.overlay.clear();
+        ctx.view = Arc::new(EmptyView);
+        ctx.env.reset();
+        Ok(outcome)
+    }
+
     /// Fuel one entry may use.
     pub fn fuel_per_entry(&self) -> u64 {
         self.plugin.fuel_per_entry()
@@ -188,6 +256,20 @@ fn to_entry_error(e: wit::ApplyError) -> EntryError {
         wit::ApplyError::Invalid(m) => EntryError::Invalid(m),
         wit::ApplyError::Rejected(m) => EntryError::Rejected(m),
     }
+}
+
+/// Runs a call into wasmtime, turning a panic inside the engine (a host
+/// bug, not the entry's fault) into a fatal failure instead of unwinding
+/// through the apply thread.
+pub(crate) fn catch_engine_panic<R>(f: impl FnOnce() -> wasmtime::Result<R>) -> Result<wasmtime::Result<R>, Fatal> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        Fatal(format!("the plugin engine panicked: {message}"))
+    })
 }
 
 /// A plugin that loaded once but cannot be instantiated again is a host

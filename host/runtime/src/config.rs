@@ -17,6 +17,11 @@ pub struct PluginConfig {
     pub max_value_bytes: usize,
     /// Instances kept warm for queries.
     pub query_instances: usize,
+    /// Wall-clock watchdog for one plugin call, in milliseconds. Fuel bounds
+    /// a plugin's own work on every replica alike; this only catches a call
+    /// that stalls this host (it is not deterministic, so tripping it stops
+    /// this node's apply loop instead of failing the entry).
+    pub watchdog_ms: u64,
 }
 
 impl Default for PluginConfig {
@@ -28,11 +33,18 @@ impl Default for PluginConfig {
             max_key_bytes: 4 << 10,
             max_value_bytes: 1536 << 10,
             query_instances: 4,
+            watchdog_ms: 30_000,
         }
     }
 }
 
 impl PluginConfig {
+    /// Fuel the `migrate` export of a newly deployed plugin may use: a
+    /// migration may rewrite the whole keyspace.
+    pub fn fuel_per_migration(&self) -> u64 {
+        self.fuel_per_entry.saturating_mul(100)
+    }
+
     /// Checks that the values make sense together.
     pub fn validate(&self) -> Result<(), String> {
         if self.fuel_per_entry == 0 {
@@ -46,6 +58,9 @@ impl PluginConfig {
         }
         if self.max_key_bytes == 0 || self.max_value_bytes == 0 {
             return Err("max_key_bytes and max_value_bytes must be positive".into());
+        }
+        if self.watchdog_ms < 100 {
+            return Err("watchdog_ms must be at least 100".into());
         }
         if self.query_instances == 0 {
             return Err("query_instances must be positive".into());

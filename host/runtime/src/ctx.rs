@@ -6,6 +6,7 @@ use wasmtime::ResourceLimiter;
 
 use crate::bindings::wasmraft::plugin::{log, store, types};
 use crate::overlay::Overlay;
+use crate::wasi::{EntryEnv, WasiState};
 use crate::view::{EmptyView, StateView};
 
 /// A host-side failure raised inside an import: never a guest fault, so it
@@ -45,11 +46,18 @@ pub(crate) struct PluginCtx {
     pub limiter: Limiter,
     pub max_key: usize,
     pub max_value: usize,
+    /// The entry the instance works on, as its WASI clock and random see it.
+    pub env: Arc<EntryEnv>,
+    /// WASI state, for plugins that import WASI.
+    pub wasi: Option<WasiState>,
 }
 
 impl PluginCtx {
-    pub fn new(plugin: Arc<str>, config: &crate::PluginConfig, read_only: bool) -> Self {
+    pub fn new(plugin: Arc<str>, config: &crate::PluginConfig, read_only: bool, wasi: bool) -> Self {
+        let env = Arc::new(EntryEnv::default());
         Self {
+            wasi: wasi.then(|| WasiState::new(plugin.clone(), env.clone())),
+            env,
             plugin,
             view: Arc::new(EmptyView),
             overlay: Overlay::default(),
@@ -207,6 +215,13 @@ pub(crate) fn classify(error: wasmtime::Error, last_panic: Option<String>) -> Ca
         let what = match trap {
             wasmtime::Trap::OutOfFuel => "out of fuel".to_string(),
             wasmtime::Trap::StackOverflow => "wasm stack overflow".to_string(),
+            // The epoch is wall-clock time: where it stops a plugin differs
+            // from replica to replica, so this can never be an entry's outcome.
+            wasmtime::Trap::Interrupt => {
+                return CallFailure::Fatal(
+                    "the plugin watchdog interrupted a call that ran past its wall-clock limit".into(),
+                );
+            }
             other => other.to_string(),
         };
         return CallFailure::Guest(match last_panic {

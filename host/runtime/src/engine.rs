@@ -1,7 +1,11 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::PluginConfig;
 use crate::error::PluginError;
+
+/// How often the watchdog's clock advances.
+pub(crate) const WATCHDOG_TICK: Duration = Duration::from_millis(50);
 
 /// A wasmtime engine configured for deterministic, bounded execution.
 ///
@@ -20,7 +24,7 @@ impl std::fmt::Debug for PluginEngine {
 }
 
 impl PluginEngine {
-    /// Builds the engine.
+    /// Builds the engine and starts its watchdog clock.
     pub fn new(config: PluginConfig) -> Result<Self, PluginError> {
         config.validate().map_err(PluginError::Config)?;
         let mut c = wasmtime::Config::new();
@@ -30,18 +34,54 @@ impl PluginEngine {
             // at all: its `threads` feature is off.)
             .cranelift_nan_canonicalization(true)
             .relaxed_simd_deterministic(true)
-            // Fuel is the replicated budget; epochs would be wall-clock based.
+            // Fuel is the replicated budget; epochs are only a local,
+            // wall-clock watchdog (they stop at different points on
+            // different replicas).
             .consume_fuel(true)
+            .epoch_interruption(true)
             // Copy-on-write heap images change instantiation fuel across
             // platforms (wasmtime#14331).
             .memory_init_cow(false)
             .max_wasm_stack(config.max_wasm_stack_bytes);
         let engine = wasmtime::Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        start_watchdog_clock(&engine);
         Ok(Self { engine, config: Arc::new(config) })
     }
 
     /// The limits this engine enforces.
     pub fn config(&self) -> &PluginConfig {
         &self.config
+    }
+
+    /// Watchdog ticks a call may take.
+    pub(crate) fn watchdog_ticks(&self) -> u64 {
+        (self.config.watchdog_ms / WATCHDOG_TICK.as_millis() as u64).max(1)
+    }
+
+    /// A fingerprint of this wasmtime build and configuration: compiled
+    /// plugins are only reused by an identical engine.
+    pub(crate) fn compatibility_hash(&self) -> String {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        format!("{:016x}", h.finish())
+    }
+}
+
+/// Advances the engine's epoch every [`WATCHDOG_TICK`] for as long as the
+/// engine lives (the thread holds only a weak reference).
+fn start_watchdog_clock(engine: &wasmtime::Engine) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new().name("wasm-watchdog".into()).spawn(move || {
+        loop {
+            std::thread::sleep(WATCHDOG_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the plugin watchdog clock; long plugin calls will not be caught");
     }
 }

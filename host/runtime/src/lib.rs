@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 mod applier;
+mod cache;
 mod config;
 mod ctx;
 mod engine;
@@ -40,6 +41,7 @@ mod overlay;
 mod plugin;
 mod query;
 mod view;
+mod wasi;
 
 pub use applier::{ApplyBatch, Applier, EntryEvent, EntryInput};
 pub use config::PluginConfig;

@@ -2,9 +2,12 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use wasmtime::Store;
-use wasmtime::component::{Component, HasSelf, Linker};
+use std::path::Path;
+
+use wasmtime::component::{Component, ComponentExportIndex, HasSelf, Instance, Linker};
 
 use crate::bindings::{StateMachine, StateMachinePre};
+use crate::cache::CompiledCache;
 use crate::ctx::{CallFailure, PluginCtx, classify};
 use crate::engine::PluginEngine;
 use crate::error::PluginError;
@@ -20,12 +23,18 @@ pub struct PluginInfo {
     pub sdk_version: String,
     /// SHA-256 of the bytes it was loaded from, in hex.
     pub sha256: String,
+    /// It exports `wasmraft:plugin/upgrade` (runs `migrate` when deployed).
+    pub migrates: bool,
+    /// It imports WASI, so it runs with the host's deterministic WASI.
+    pub wasi: bool,
 }
 
 /// A validated, compiled plugin, ready to instantiate. Share it with `Arc`.
 pub struct Plugin {
     pub(crate) engine: PluginEngine,
     pre: StateMachinePre<PluginCtx>,
+    /// `wasmraft:plugin/upgrade#migrate`, if exported.
+    pub(crate) migrate: Option<ComponentExportIndex>,
     info: PluginInfo,
     name: Arc<str>,
 }
@@ -46,38 +55,67 @@ impl Plugin {
     /// `bytes` may be a component, or a core module built by `wasmraft-sdk`
     /// (or any wit-bindgen guest) for `wasm32-unknown-unknown`, which is
     /// turned into a component here. The plugin must import nothing beyond
-    /// the `state-machine` world: unknown imports are refused by name.
+    /// the `state-machine` world and WASI: unknown imports are refused by
+    /// name.
     pub fn load(engine: &PluginEngine, bytes: &[u8]) -> Result<Arc<Self>, PluginError> {
+        Self::load_cached(engine, bytes, None)
+    }
+
+    /// Like [`Plugin::load`], reusing (and filling) a cache of compiled
+    /// plugins in `cache_dir`.
+    pub fn load_cached(engine: &PluginEngine, bytes: &[u8], cache_dir: Option<&Path>) -> Result<Arc<Self>, PluginError> {
         if bytes.len() < 8 || &bytes[..4] != WASM_MAGIC {
             return Err(PluginError::Invalid("the bytes are not WebAssembly (no \\0asm header)".into()));
         }
         let sha256 = hex::encode(Sha256::digest(bytes));
-        let component_bytes;
-        let bytes = if bytes[4..8] == CORE_MODULE_VERSION {
-            component_bytes = componentize(bytes)?;
-            &component_bytes[..]
-        } else {
-            bytes
+        let cache = cache_dir.map(CompiledCache::new);
+        let component = match cache.as_ref().and_then(|c| c.load(engine, &sha256)) {
+            Some(component) => component,
+            None => {
+                let component = compile(engine, bytes)?;
+                if let Some(cache) = &cache {
+                    cache.store(engine, &sha256, &component);
+                }
+                component
+            }
         };
-        let component = Component::new(&engine.engine, bytes)
-            .map_err(|e| PluginError::Invalid(format!("{e:#}")))?;
+        let wasi = crate::wasi::imports_wasi(&component);
         let mut linker = Linker::<PluginCtx>::new(&engine.engine);
         StateMachine::add_to_linker::<PluginCtx, HasSelf<PluginCtx>>(&mut linker, |c| c)
             .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        if wasi {
+            wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        }
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| PluginError::Incompatible(format!("{e:#}")))?;
         let pre = StateMachinePre::new(pre).map_err(|e| PluginError::Incompatible(format!("{e:#}")))?;
+        let migrate = component
+            .get_export_index(None, UPGRADE_INTERFACE)
+            .and_then(|upgrade| component.get_export_index(Some(&upgrade), "migrate"));
 
         let mut plugin = Plugin {
             engine: engine.clone(),
             pre,
-            info: PluginInfo { name: String::new(), version: String::new(), sdk_version: String::new(), sha256 },
+            migrate,
+            info: PluginInfo {
+                name: String::new(),
+                version: String::new(),
+                sdk_version: String::new(),
+                sha256,
+                migrates: migrate.is_some(),
+                wasi,
+            },
             name: Arc::from("plugin"),
         };
-        let (mut store, instance) = plugin.instantiate(false).map_err(|f| match f {
+        let (mut store, instance, raw) = plugin.instantiate(false).map_err(|f| match f {
             CallFailure::Guest(m) | CallFailure::Fatal(m) => PluginError::Start(m),
         })?;
+        if let Some(index) = &plugin.migrate {
+            raw.get_typed_func::<MigrateParams, MigrateResults>(&mut store, index).map_err(|e| {
+                PluginError::Incompatible(format!("{UPGRADE_INTERFACE}#migrate has the wrong type: {e:#}"))
+            })?;
+        }
         plugin.reset_fuel(&mut store);
         let info = instance.call_info(&mut store).map_err(|e| PluginError::Start(format!("info(): {e:#}")))?;
         plugin.info.name = info.name;
@@ -92,25 +130,48 @@ impl Plugin {
         &self.info
     }
 
-    /// A fresh instance with its own store.
-    pub(crate) fn instantiate(&self, read_only: bool) -> Result<(Store<PluginCtx>, StateMachine), CallFailure> {
-        let ctx = PluginCtx::new(self.name.clone(), &self.engine.config, read_only);
+    /// A fresh instance with its own store. Instantiation sees the WASI
+    /// of no entry (clock 0), so that it is the same whenever it happens.
+    pub(crate) fn instantiate(&self, read_only: bool) -> Result<(Store<PluginCtx>, StateMachine, Instance), CallFailure> {
+        let ctx = PluginCtx::new(self.name.clone(), &self.engine.config, read_only, self.info.wasi);
+        ctx.env.reset();
         let mut store = Store::new(&self.engine.engine, ctx);
         store.limiter(|c| &mut c.limiter);
         self.reset_fuel(&mut store);
-        let instance = self.pre.instantiate(&mut store).map_err(|e| classify(e, None))?;
-        Ok((store, instance))
+        let raw = self.pre.instance_pre().instantiate(&mut store).map_err(|e| classify(e, None))?;
+        let instance = StateMachine::new(&mut store, &raw).map_err(|e| classify(e, None))?;
+        Ok((store, instance, raw))
     }
 
+    /// Gives the next call one entry's fuel and a fresh watchdog deadline.
     pub(crate) fn reset_fuel(&self, store: &mut Store<PluginCtx>) {
-        store
-            .set_fuel(self.engine.config.fuel_per_entry)
-            .expect("fuel is enabled in the engine configuration");
+        self.set_budget(store, self.engine.config.fuel_per_entry);
+    }
+
+    pub(crate) fn set_budget(&self, store: &mut Store<PluginCtx>, fuel: u64) {
+        store.set_fuel(fuel).expect("fuel is enabled in the engine configuration");
+        store.set_epoch_deadline(self.engine.watchdog_ticks());
     }
 
     pub(crate) fn fuel_per_entry(&self) -> u64 {
         self.engine.config.fuel_per_entry
     }
+}
+
+/// The interface of the optional `migrate` export.
+pub(crate) const UPGRADE_INTERFACE: &str = "wasmraft:plugin/upgrade@0.1.0";
+pub(crate) type MigrateParams = (crate::bindings::wasmraft::plugin::types::PluginInfo,);
+pub(crate) type MigrateResults = (Result<(), crate::bindings::wasmraft::plugin::types::ApplyError>,);
+
+fn compile(engine: &PluginEngine, bytes: &[u8]) -> Result<Component, PluginError> {
+    let component_bytes;
+    let bytes = if bytes[4..8] == CORE_MODULE_VERSION {
+        component_bytes = componentize(bytes)?;
+        &component_bytes[..]
+    } else {
+        bytes
+    };
+    Component::new(&engine.engine, bytes).map_err(|e| PluginError::Invalid(format!("{e:#}")))
 }
 
 /// Wraps a core module that carries wit-bindgen's component type section

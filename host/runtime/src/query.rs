@@ -9,7 +9,7 @@ use crate::error::{Fatal, QueryError};
 use crate::plugin::Plugin;
 use crate::view::{EmptyView, StateView};
 
-type Instance = (Store<PluginCtx>, StateMachine);
+type Instance = (Store<PluginCtx>, StateMachine, wasmtime::component::Instance);
 
 /// Read-only plugin instances that answer queries, in parallel with each
 /// other and with the applier. Each query takes an idle instance (or makes
@@ -39,7 +39,7 @@ impl QueryPool {
     /// Runs the plugin's `query` over `view`.
     pub fn query(&self, view: Arc<dyn StateView>, request: &[u8]) -> Result<Vec<u8>, QueryError> {
         let taken = self.idle.lock().expect("query pool lock").pop();
-        let (mut store, instance) = match taken {
+        let (mut store, instance, raw) = match taken {
             Some(i) => i,
             None => self.plugin.instantiate(true).map_err(|f| match f {
                 CallFailure::Guest(m) | CallFailure::Fatal(m) => {
@@ -50,11 +50,11 @@ impl QueryPool {
         store.data_mut().view = view;
         store.data_mut().last_panic = None;
         self.plugin.reset_fuel(&mut store);
-        let result = instance.call_query(&mut store, request);
+        let result = crate::applier::catch_engine_panic(|| instance.call_query(&mut store, request))?;
         store.data_mut().view = Arc::new(EmptyView);
         match result {
             Ok(answer) => {
-                self.give_back((store, instance));
+                self.give_back((store, instance, raw));
                 answer.map_err(|e| match e {
                     wit::QueryError::Invalid(m) => QueryError::Invalid(m),
                     wit::QueryError::Rejected(m) => QueryError::Rejected(m),

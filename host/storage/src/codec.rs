@@ -194,3 +194,33 @@ mod tests {
         assert!(decode_hard_state(&bytes).unwrap_err().to_string().contains("unknown record format 9"));
     }
 }
+
+#[derive(Encode, Decode)]
+struct StoredPlugin {
+    sha256: String,
+    name: String,
+    version: String,
+    sdk_version: String,
+    deployed_at: u64,
+}
+
+pub(crate) fn encode_plugin(p: &crate::DeployedPlugin) -> Vec<u8> {
+    encode(&StoredPlugin {
+        sha256: p.sha256.clone(),
+        name: p.name.clone(),
+        version: p.version.clone(),
+        sdk_version: p.sdk_version.clone(),
+        deployed_at: p.deployed_at,
+    })
+}
+
+pub(crate) fn decode_plugin(bytes: &[u8]) -> Result<crate::DeployedPlugin, StorageError> {
+    let s: StoredPlugin = decode("deployed plugin record", bytes)?;
+    Ok(crate::DeployedPlugin {
+        sha256: s.sha256,
+        name: s.name,
+        version: s.version,
+        sdk_version: s.sdk_version,
+        deployed_at: s.deployed_at,
+    })
+}

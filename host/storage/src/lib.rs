@@ -5,7 +5,7 @@
 //! | `log` | Raft log entries, keyed by big-endian index |
 //! | `raft` | hard state, bootstrap membership, snapshot metadata |
 //! | `state` | the plugin's keyspace |
-//! | `meta` | the applied log id (written with the state it covers) |
+//! | `meta` | the applied log id (written with the state it covers), client sessions, member addresses, the deployed plugin |
 //!
 //! Every record is framed as `[format version: u8][crc32: u32 LE][body]`; a
 //! record that fails its checksum is reported as [`StorageError::Corrupt`],
@@ -22,11 +22,13 @@
 mod codec;
 mod error;
 mod log;
+mod plugin;
 mod rocks;
 mod snapshot;
 mod state;
 
 pub use error::StorageError;
+pub use plugin::DeployedPlugin;
 pub use rocks::{Storage, StorageOptions};
 pub use snapshot::SnapshotData;
 pub use state::{StateReader, StateWrite};

@@ -17,14 +17,27 @@ const KEY_APPLIED_MEMBERSHIP: &[u8] = b"applied_membership";
 const SESSION_PREFIX: &[u8] = b"session/";
 const ADDRESS_PREFIX: &[u8] = b"address/";
 
-/// What a snapshot carries besides its metadata: the plugin keyspace and
-/// the client sessions, each in key order.
+/// Node records in `meta` that a snapshot carries as they are: the
+/// deployed plugin and member addresses.
+const SYSTEM_PREFIXES: [&[u8]; 2] = [b"plugin/", ADDRESS_PREFIX];
+
+/// What a snapshot carries besides its metadata: the plugin keyspace, the
+/// client sessions and the node's own records, each in key order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotData {
     /// The plugin keyspace.
     pub state: Vec<(Vec<u8>, Vec<u8>)>,
     /// Client-session records (`client id BE` -> record).
     pub sessions: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The deployed plugin (record and bytes) and member addresses, as
+    /// `meta` keys and values.
+    pub system: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    end.push(0xff);
+    end
 }
 
 impl Storage {
@@ -118,6 +131,15 @@ impl Storage {
             let Some(id) = k.strip_prefix(SESSION_PREFIX) else { break };
             data.sessions.push((id.to_vec(), v.to_vec()));
         }
+        for prefix in SYSTEM_PREFIXES {
+            for item in db.iterator_cf(meta, IteratorMode::From(prefix, rocksdb::Direction::Forward)) {
+                let (k, v) = item?;
+                if !k.starts_with(prefix) {
+                    break;
+                }
+                data.system.push((k.to_vec(), v.to_vec()));
+            }
+        }
         Ok(data)
     }
 
@@ -145,6 +167,18 @@ impl Storage {
             for (id, v) in &data.sessions {
                 let mut k = SESSION_PREFIX.to_vec();
                 k.extend_from_slice(id);
+                batch.put_cf(metacf, k, v);
+            }
+            for prefix in SYSTEM_PREFIXES {
+                batch.delete_range_cf(metacf, prefix, prefix_end(prefix).as_slice());
+            }
+            for (k, v) in &data.system {
+                if !SYSTEM_PREFIXES.iter().any(|p| k.starts_with(p)) {
+                    return Err(StorageError::Incompatible(format!(
+                        "snapshot carries an unexpected node record {:?}",
+                        String::from_utf8_lossy(k)
+                    )));
+                }
                 batch.put_cf(metacf, k, v);
             }
             batch.put_cf(metacf, KEY_APPLIED, codec::encode_log_id(&meta.last));

@@ -1,0 +1,161 @@
+//! `wasmraft plugin deploy|info|new` and `wasmraft check`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use tonic::transport::Channel;
+use wasmraft_proto::v1::client_client::ClientClient;
+use wasmraft_proto::v1::plugins_client::PluginsClient;
+use wasmraft_proto::v1::{CheckHashesRequest, DeployRequest, PluginInfoRequest, StatusRequest};
+
+use crate::client_cmds::{Endpoints, StatusArgs};
+
+#[derive(Subcommand, Debug)]
+pub enum PluginCommand {
+    /// Deploy FILE.wasm through the log: every replica validates it, runs its
+    /// migrate export and switches to it at the same index. A bad binary is
+    /// refused and changes nothing.
+    Deploy(DeployArgs),
+    /// Show the running plugin: name, version, hash, the index it was
+    /// deployed at.
+    Info(StatusArgs),
+    /// Write a new Rust plugin crate from the SDK's template.
+    New(crate::plugin_new::NewArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DeployArgs {
+    /// The plugin: a component, or a core module built with wasmraft-sdk.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// How long to wait for every node to report its hash.
+    #[arg(long, default_value = "10s", value_parser = humantime_secs)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+fn humantime_secs(s: &str) -> Result<Duration, String> {
+    let n = s.strip_suffix('s').unwrap_or(s);
+    n.parse::<u64>().map(Duration::from_secs).map_err(|_| format!("expected seconds such as 10s, got {s:?}"))
+}
+
+fn uri(endpoint: &str) -> String {
+    if endpoint.contains("://") { endpoint.to_string() } else { format!("http://{endpoint}") }
+}
+
+/// A plugins client of the first endpoint that answers.
+async fn plugins(endpoints: &Endpoints) -> anyhow::Result<PluginsClient<Channel>> {
+    let mut last = None;
+    for e in &endpoints.endpoints {
+        match PluginsClient::connect(uri(e)).await {
+            Ok(c) => return Ok(c.max_encoding_message_size(64 << 20)),
+            Err(err) => last = Some(format!("{e}: {err}")),
+        }
+    }
+    bail!("cannot reach any endpoint ({})", last.unwrap_or_default())
+}
+
+pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
+    match command {
+        PluginCommand::Deploy(a) => deploy(a).await,
+        PluginCommand::Info(a) => info(a).await,
+        PluginCommand::New(a) => crate::plugin_new::run(&a).map_err(|e| anyhow::anyhow!(e)),
+    }
+}
+
+async fn deploy(a: DeployArgs) -> anyhow::Result<()> {
+    let wasm = std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    eprintln!("deploying {} ({} bytes); every replica validates and compiles it…", a.file.display(), wasm.len());
+    let started = Instant::now();
+    let r = plugins(&a.endpoints).await?.deploy(DeployRequest { wasm }).await.map_err(status_error)?.into_inner();
+    let p = r.plugin.unwrap_or_default();
+    println!("deployed {} {} (sha256 {}) at index {} in {:.1?}", p.name, p.version, p.sha256, r.deployed_at, started.elapsed());
+    Ok(())
+}
+
+async fn info(a: StatusArgs) -> anyhow::Result<()> {
+    let r = plugins(&a.endpoints).await?.info(PluginInfoRequest {}).await.map_err(status_error)?.into_inner();
+    let p = r.plugin.unwrap_or_default();
+    println!("name:        {}", p.name);
+    println!("version:     {}", p.version);
+    println!("sdk:         {}", if p.sdk_version.is_empty() { "-" } else { &p.sdk_version });
+    println!("sha256:      {}", p.sha256);
+    if r.deployed_at == 0 {
+        println!("deployed at: - (the plugin the node was started with)");
+    } else {
+        println!("deployed at: index {}", r.deployed_at);
+    }
+    println!("migrate:     {}", if r.migrates { "exported" } else { "no" });
+    println!("wasi:        {}", if r.wasi { "deterministic WASI linked" } else { "none" });
+    Ok(())
+}
+
+/// Asks every replica to hash its keyspace at one index, then reads each
+/// endpoint's hash and says which nodes disagree.
+pub async fn check(a: CheckArgs) -> anyhow::Result<()> {
+    let index = plugins(&a.endpoints).await?.check_hashes(CheckHashesRequest {}).await.map_err(status_error)?.into_inner().index;
+    println!("hash check at index {index}");
+    let deadline = Instant::now() + a.timeout;
+    let mut rows = Vec::new();
+    for e in &a.endpoints.endpoints {
+        let row = loop {
+            let status = match ClientClient::connect(uri(e)).await {
+                Ok(mut c) => c.status(StatusRequest {}).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string()),
+                Err(err) => Err(err.to_string()),
+            };
+            match status {
+                Ok(s) if s.hash_index >= index && (s.hash_index > index || !s.hash_vs_leader.is_empty()) => break Ok(s),
+                Ok(s) if Instant::now() >= deadline => break Ok(s),
+                Err(err) if Instant::now() >= deadline => break Err(err),
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        rows.push((e.clone(), row));
+    }
+    let mut bad = 0;
+    let mut by_hash: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for (endpoint, row) in &rows {
+        match row {
+            Ok(s) if s.hash_index == index => {
+                by_hash.entry(s.hash_sha256.clone()).or_default().push(s.id);
+                let verdict = if s.hash_vs_leader.is_empty() { "leader's hash not applied yet" } else { &s.hash_vs_leader };
+                println!("node {} ({endpoint}): {} {verdict}", s.id, s.hash_sha256);
+                bad += usize::from(s.hash_vs_leader == "mismatch");
+            }
+            Ok(s) => {
+                println!("node {} ({endpoint}): no hash at index {index} yet (latest at {})", s.id, s.hash_index);
+                bad += 1;
+            }
+            Err(err) => {
+                println!("{endpoint}: unreachable: {err}");
+                bad += 1;
+            }
+        }
+    }
+    if by_hash.len() > 1 {
+        let majority = by_hash.values().map(Vec::len).max().unwrap_or(0);
+        for (hash, nodes) in &by_hash {
+            if nodes.len() < majority {
+                println!("odd one out: node(s) {nodes:?} with hash {hash}");
+            }
+        }
+        bail!("replicas disagree on the keyspace at index {index}");
+    }
+    if bad > 0 {
+        bail!("{bad} node(s) could not confirm their keyspace hash");
+    }
+    println!("all {} node(s) agree", rows.len());
+    Ok(())
+}
+
+fn status_error(s: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{}", s.message())
+}

@@ -1,0 +1,101 @@
+//! Prometheus metrics over plain HTTP (`GET /metrics`), in the text
+//! exposition format. Read from each node's status when scraped.
+
+use std::fmt::Write as _;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wasmraft_node::{Node, Role};
+
+/// Serves `GET /metrics` for `nodes` (several in one process: `wasmraft
+/// dev`) until `shutdown` resolves.
+pub async fn serve_metrics(
+    nodes: Vec<Node>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (mut socket, _) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics listener");
+                    continue;
+                }
+            },
+        };
+        let nodes = nodes.clone();
+        tokio::spawn(async move {
+            // Only the request line matters; bound what is read.
+            let mut buf = vec![0u8; 8192];
+            let mut read = 0;
+            while read < buf.len() && !buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut buf[read..]).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => read += n,
+                }
+            }
+            let request = String::from_utf8_lossy(&buf[..read]);
+            let path = request.split_whitespace().nth(1).unwrap_or("");
+            let (status, body) = if request.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+                ("200 OK", render(&nodes))
+            } else {
+                ("404 Not Found", "try GET /metrics\n".to_string())
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(body.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        });
+    }
+}
+
+/// The metrics of `nodes`, in the Prometheus text format.
+pub fn render(nodes: &[Node]) -> String {
+    let statuses: Vec<_> = nodes.iter().map(Node::status).collect();
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, value: &dyn Fn(&wasmraft_node::NodeStatus) -> (String, u64)| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in &statuses {
+            let (extra, v) = value(s);
+            let _ = writeln!(out, "{name}{{node=\"{}\"{extra}}} {v}", s.id);
+        }
+    };
+    family("wasmraft_term", "gauge", "Current Raft term.", &|s| (String::new(), s.term));
+    family("wasmraft_is_leader", "gauge", "1 if this node is the leader.", &|s| {
+        (String::new(), u64::from(s.role == Role::Leader))
+    });
+    family("wasmraft_commit_index", "gauge", "Highest log index known committed.", &|s| (String::new(), s.commit));
+    family("wasmraft_applied_index", "gauge", "Highest log index applied to the state machine.", &|s| {
+        (String::new(), s.applied)
+    });
+    family("wasmraft_last_log_index", "gauge", "Last index in the node's log.", &|s| (String::new(), s.last_index));
+    family("wasmraft_apply_stopped", "gauge", "1 if the node stopped applying on an unrecoverable failure.", &|s| {
+        (String::new(), u64::from(s.fatal.is_some()))
+    });
+    family("wasmraft_plugin_info", "gauge", "The running plugin (always 1; see the labels).", &|s| {
+        let p = &s.plugin;
+        (
+            format!(",name=\"{}\",version=\"{}\",sha256=\"{}\"", escape(&p.name), escape(&p.version), escape(&p.sha256)),
+            1,
+        )
+    });
+    family("wasmraft_plugin_deployed_at_index", "gauge", "Log index that deployed the running plugin (0: the configured one).", &|s| {
+        (String::new(), s.deployed_at)
+    });
+    family("wasmraft_keyspace_hash_checks_total", "counter", "Keyspace hashes taken for comparison with the leader's.", &|s| {
+        (String::new(), s.hash_checks)
+    });
+    family("wasmraft_keyspace_divergences_total", "counter", "Times this node's keyspace hash differed from the leader's.", &|s| {
+        (String::new(), s.divergences)
+    });
+    out
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

@@ -1,0 +1,105 @@
+//! The plugin deployed through the log (its record and bytes, in `meta`),
+//! and the hash of the plugin keyspace that replicas compare.
+
+use rocksdb::{IteratorMode, WriteBatch, WriteOptions};
+use sha2::{Digest, Sha256};
+use wasmraft_raft::LogId;
+
+use crate::codec;
+use crate::error::StorageError;
+use crate::rocks::{CF_META, CF_STATE, KEY_APPLIED, Storage};
+use crate::state::StateWrite;
+
+const KEY_PLUGIN_RECORD: &[u8] = b"plugin/record";
+const KEY_PLUGIN_WASM: &[u8] = b"plugin/wasm";
+
+/// A plugin deployed through the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeployedPlugin {
+    /// SHA-256 of its bytes, in hex.
+    pub sha256: String,
+    /// Its name, as it reports it.
+    pub name: String,
+    /// Its version, as it reports it.
+    pub version: String,
+    /// The SDK version it was built with.
+    pub sdk_version: String,
+    /// The log index of the entry that deployed it.
+    pub deployed_at: u64,
+}
+
+impl Storage {
+    /// The deployed plugin and its bytes, if one was deployed through the
+    /// log (else the node runs the plugin it was started with). The bytes
+    /// are checked against the recorded hash.
+    pub fn deployed_plugin(&self) -> Result<Option<(DeployedPlugin, Vec<u8>)>, StorageError> {
+        let meta = self.cf(CF_META);
+        let Some(record) = self.db.get_cf(meta, KEY_PLUGIN_RECORD)? else { return Ok(None) };
+        let record = codec::decode_plugin(&record)?;
+        let wasm = self.db.get_cf(meta, KEY_PLUGIN_WASM)?.ok_or_else(|| StorageError::Corrupt {
+            what: "deployed plugin",
+            key: None,
+            detail: "the record is there but the bytes are not".into(),
+        })?;
+        if hex::encode(Sha256::digest(&wasm)) != record.sha256 {
+            return Err(StorageError::Corrupt {
+                what: "deployed plugin",
+                key: None,
+                detail: format!("the stored bytes do not hash to {}", record.sha256),
+            });
+        }
+        Ok(Some((record, wasm)))
+    }
+
+    /// Applies the entry that deploys a plugin: the migration's writes, the
+    /// plugin's record and bytes, and the applied id, in one atomic write.
+    pub fn deploy_plugin<'a>(
+        &self,
+        applied: LogId,
+        writes: impl IntoIterator<Item = StateWrite<'a>>,
+        record: &DeployedPlugin,
+        wasm: &[u8],
+    ) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        let state = self.cf(CF_STATE);
+        for w in writes {
+            match w.value {
+                Some(v) => batch.put_cf(state, w.key, v),
+                None => batch.delete_cf(state, w.key),
+            }
+        }
+        let meta = self.cf(CF_META);
+        batch.put_cf(meta, KEY_PLUGIN_WASM, wasm);
+        batch.put_cf(meta, KEY_PLUGIN_RECORD, codec::encode_plugin(record));
+        batch.put_cf(meta, KEY_APPLIED, codec::encode_log_id(&applied));
+        let _exclusive = self.state_lock.write();
+        self.db.write_opt(batch, &WriteOptions::default())?;
+        Ok(())
+    }
+
+    /// Writes one key of the plugin keyspace directly, bypassing the log:
+    /// makes this replica diverge, to test that divergence is detected.
+    /// Fault injection only.
+    #[doc(hidden)]
+    pub fn inject_state_write(&self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        let _exclusive = self.state_lock.write();
+        self.db.put_cf(self.cf(CF_STATE), key, value)?;
+        Ok(())
+    }
+
+    /// SHA-256 over the whole plugin keyspace, in key order (each key and
+    /// value prefixed with its length). Equal on replicas with equal state
+    /// at the same applied index. Reads under the state lock: call it from
+    /// the apply thread (the only writer) for an exact applied index.
+    pub fn state_hash(&self) -> Result<[u8; 32], StorageError> {
+        let mut hash = Sha256::new();
+        for item in self.db.iterator_cf(self.cf(CF_STATE), IteratorMode::Start) {
+            let (k, v) = item?;
+            hash.update((k.len() as u64).to_be_bytes());
+            hash.update(&k);
+            hash.update((v.len() as u64).to_be_bytes());
+            hash.update(&v);
+        }
+        Ok(hash.finalize().into())
+    }
+}
