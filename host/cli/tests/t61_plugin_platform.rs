@@ -121,3 +121,34 @@ async fn inject(endpoint: &str, key: &[u8]) {
     let mut admin = AdminClient::connect(format!("http://{endpoint}")).await.unwrap();
     admin.inject_divergent_write(InjectDivergentWriteRequest { key: key.to_vec(), value: b"x".to_vec() }).await.unwrap();
 }
+
+#[test]
+fn metrics_are_served_in_the_prometheus_format() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["dev", "--listen", "127.0.0.1:0", "--metrics-listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().expect("dev exited early").unwrap().contains("metrics:") {}
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    socket.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    for node in 1..=3 {
+        assert!(response.contains(&format!("wasmraft_applied_index{{node=\"{node}\"}}")), "{response}");
+        assert!(response.contains(&format!("wasmraft_keyspace_divergences_total{{node=\"{node}\"}} 0")), "{response}");
+    }
+    assert!(response.contains("# TYPE wasmraft_is_leader gauge"), "{response}");
+    assert!(response.contains("wasmraft_plugin_info{node=\"1\",name=\"wasmraft-kv\""), "{response}");
+    let leaders = response.lines().filter(|l| l.starts_with("wasmraft_is_leader{") && l.ends_with(" 1")).count();
+    assert_eq!(leaders, 1, "{response}");
+}
