@@ -1,6 +1,15 @@
 //! Diagnostics to the host's structured log. Logging never changes state.
+//!
+//! Off `wasm32` (native tests) messages go to standard error.
 
-use crate::__bindings::wasmraft::plugin::log::{Level, write};
+use crate::__bindings::wasmraft::plugin::log::Level;
+#[cfg(target_arch = "wasm32")]
+use crate::__bindings::wasmraft::plugin::log::write;
+
+#[cfg(not(target_arch = "wasm32"))]
+fn write(level: Level, message: &str) {
+    eprintln!("[plugin {level:?}] {message}");
+}
 
 /// Logs at debug level.
 pub fn debug(message: &str) {
