@@ -69,6 +69,7 @@ async fn a_hostile_plugin_is_contained_then_replaced_on_every_replica_at_one_ind
     let restarted = cluster.restart(down).unwrap();
     applied(&restarted, last).await;
     for node in cluster.nodes() {
+        applied(&node, last).await;
         let (plugin, at) = node.plugin();
         assert_eq!((plugin.sha256.as_str(), at), (info.sha256.as_str(), deployed_at), "node {}", node.id());
         assert_eq!(node.query(Vec::new(), Consistency::Eventual).await.unwrap(), b"120", "node {}", node.id());
@@ -135,4 +136,25 @@ async fn a_replica_that_diverges_is_reported() {
             assert_eq!(st.divergences, 0);
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_whose_migration_refuses_changes_nothing_on_any_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), &component("counter"), fast).unwrap();
+    let leader = cluster.leader().await.unwrap();
+    leader.propose(b"7".to_vec()).await.unwrap();
+    let before: Vec<_> = cluster.nodes().iter().map(|n| n.plugin()).collect();
+
+    // The bank's migrate refuses a keyspace another plugin wrote: the deploy
+    // fails at its index on every replica, and the counter keeps running.
+    let e = leader.deploy_plugin(component("bank")).await.unwrap_err();
+    assert!(matches!(&e, Error::Invalid(m) if m.contains("migration failed") && m.contains("counter")), "{e:?}");
+    let last = leader.propose_as(b"1".to_vec(), 0, 0).await.unwrap().index;
+    for node in cluster.nodes() {
+        applied(&node, last).await;
+        assert_eq!(node.query(Vec::new(), Consistency::Eventual).await.unwrap(), b"8", "node {}", node.id());
+    }
+    let after: Vec<_> = cluster.nodes().iter().map(|n| n.plugin()).collect();
+    assert_eq!(before, after);
 }
