@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing Wasmraft needs on Debian/Ubuntu, if it
-# is missing: libclang (RocksDB's bindings), protoc (gRPC code), and a Rust
-# toolchain for wasm32-unknown-unknown (the plugins). Safe to run again.
+# is missing: libclang (RocksDB's bindings), protoc (gRPC code), a Rust
+# toolchain for wasm32-unknown-unknown (the plugins), and the toolchains of
+# the C, Python and JavaScript examples (`cargo xtask examples`). Safe to
+# run again.
 #
-# Prints `export` lines for the guest toolchain on stdout; `scripts/test.sh`
-# evaluates them. Everything else goes to stderr.
+# Prints `export` lines (guest toolchain, tools directory) on stdout;
+# `scripts/test.sh` evaluates them. Everything else goes to stderr.
 set -euo pipefail
 
 say() { echo "setup: $*" >&2; }
@@ -53,3 +55,39 @@ else
   echo "export WASMRAFT_GUEST_CARGO=/usr/bin/cargo"
   echo "export WASMRAFT_GUEST_CARGO_ARGS='-Zbuild-std=std,panic_abort'"
 fi
+
+# 3. The examples in other languages (examples/plugins/, `cargo xtask
+#    examples`): clang-14 for wasm32-wasi from Debian; componentize-py in a
+#    venv and componentize-qjs under an npm prefix, pinned, in a tools
+#    directory outside the repository.
+COMPONENTIZE_PY=0.25.1
+COMPONENTIZE_QJS=0.4.5
+need=()
+command -v clang-14 >/dev/null 2>&1 || need+=(clang-14)
+command -v wasm-ld-14 >/dev/null 2>&1 || need+=(lld-14)
+[ -f /usr/lib/wasm32-wasi/libc.a ] || need+=(wasi-libc)
+ls /usr/lib/llvm-14/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev-wasm32)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
+
+TOOLS="${WASMRAFT_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/wasmraft-tools}"
+mkdir -p "$TOOLS"
+if [ "$("$TOOLS/venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $COMPONENTIZE_PY" ]; then
+  say "installing componentize-py $COMPONENTIZE_PY into $TOOLS/venv"
+  rm -rf "$TOOLS/venv"
+  # Debian's python3 makes venvs only with python3-venv (ensurepip).
+  if ! python3 -m venv "$TOOLS/venv" >/dev/null 2>&1; then
+    rm -rf "$TOOLS/venv"
+    apt_install python3-venv
+    python3 -m venv "$TOOLS/venv" >&2
+  fi
+  "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check "componentize-py==$COMPONENTIZE_PY" >&2
+fi
+if ! grep -qs "\"version\": \"$COMPONENTIZE_QJS\"" "$TOOLS/npm/node_modules/componentize-qjs/package.json" \
+   || [ ! -x "$TOOLS/npm/node_modules/.bin/componentize-qjs" ]; then
+  say "installing componentize-qjs $COMPONENTIZE_QJS into $TOOLS/npm"
+  rm -rf "$TOOLS/npm"
+  npm install --prefix "$TOOLS/npm" --no-audit --no-fund --loglevel=error "componentize-qjs@$COMPONENTIZE_QJS" >&2
+fi
+printf 'export WASMRAFT_TOOLS=%q\n' "$TOOLS"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of Wasmraft: installs what is missing (scripts/setup.sh),
-# rebuilds every plugin from source and checks the embedded KV plugin is up
-# to date, then runs the workspace's tests. Long simulations: see the README.
+# rebuilds every plugin and the examples in other languages from source,
+# checks the embedded KV plugin is up to date, then runs the workspace's
+# tests. Long simulations: see the README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,11 @@ eval "$(scripts/setup.sh)"
 
 echo "==> building plugins from source"
 cargo xtask plugins
+echo "==> building the C, Python and JavaScript examples"
+cargo xtask examples
+
+echo "==> SDK doc tests and guest unit tests (native)"
+cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p bank
 
 echo "==> workspace tests"
 cargo test --workspace --locked

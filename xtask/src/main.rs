@@ -1,4 +1,5 @@
-//! Project tasks. `cargo xtask plugins [--update]`:
+//! Project tasks. `cargo xtask examples` builds the plugins written in
+//! other languages (see `examples.rs`). `cargo xtask plugins [--update]`:
 //!
 //! 1. builds every guest crate of `plugins/` for `wasm32-unknown-unknown`
 //!    (release profile of that workspace);
@@ -18,16 +19,19 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 
+mod examples;
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repo").to_path_buf();
     match args.first().map(String::as_str) {
         Some("plugins") => plugins(&root, args.iter().any(|a| a == "--update")),
+        Some("examples") => examples::examples(&root),
         Some("source-hash") => {
             println!("{}", source_hash(&root)?);
             Ok(())
         }
-        _ => bail!("usage: cargo xtask plugins [--update] | cargo xtask source-hash"),
+        _ => bail!("usage: cargo xtask plugins [--update] | cargo xtask examples | cargo xtask source-hash"),
     }
 }
 
