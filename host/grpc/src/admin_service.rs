@@ -15,6 +15,9 @@ use crate::forward::Forwarder;
 
 use crate::status::to_status;
 
+/// Metadata on a request one node forwarded to another.
+const FORWARDED: &str = "wasmraft-forwarded";
+
 /// The `wasmraft.v1.Admin` and `wasmraft.v1.MembershipChanges` services of one node.
 #[derive(Clone, Debug)]
 pub struct AdminService {
@@ -101,8 +104,25 @@ impl Admin for AdminService {
         Ok(Response::new(InjectDivergentWriteResponse {}))
     }
 
-    async fn members(&self, _r: Request<MembersRequest>) -> Result<Response<MembersResponse>, Status> {
+    async fn members(&self, r: Request<MembersRequest>) -> Result<Response<MembersResponse>, Status> {
         let m = self.node.members().await.map_err(to_status)?;
+        // Only the leader knows each member's progress: ask it, if it is
+        // another node this one can reach.
+        // Forwarded once at most: two nodes that each think the other leads
+        // must not bounce the request between them.
+        let forwarded = r.metadata().contains_key(FORWARDED);
+        if let Some(leader) = m.leader.filter(|l| l.0 != self.node.id() && !forwarded) {
+            if let Some(addr) = self.addresses.address(leader.0) {
+                let uri = if addr.contains("://") { addr } else { format!("http://{addr}") };
+                if let Ok(mut client) = AdminClient::connect(uri).await {
+                    let mut request = Request::new(r.into_inner());
+                    request.metadata_mut().insert(FORWARDED, "1".parse().expect("ascii"));
+                    if let Ok(answer) = client.members(request).await {
+                        return Ok(answer);
+                    }
+                }
+            }
+        }
         let member = |id: &wasmraft_raft::NodeId, role: &str| Member {
             id: id.0,
             role: role.to_string(),

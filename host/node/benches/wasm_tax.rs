@@ -174,3 +174,6 @@ fn timed(iters: u64, r: &mut Replica, n: u64) -> Duration {
     }
     total
 }
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

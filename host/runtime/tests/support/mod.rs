@@ -6,12 +6,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use wasmraft_runtime::{ApplyBatch, Applier, EntryInput, MemoryView, Plugin, PluginConfig, PluginEngine, QueryPool};
+use wasmraft_runtime::{Applier, ApplyBatch, EntryInput, MemoryView, Plugin, PluginConfig, PluginEngine, QueryPool};
 
 pub fn fixture(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins/target/components").join(format!("{name}.wasm"));
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../plugins/target/components").join(format!("{name}.wasm"));
     std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("plugin fixture {} is missing ({e}): run `cargo xtask plugins` first (scripts/test.sh does)", path.display())
+        panic!(
+            "plugin fixture {} is missing ({e}): run `cargo xtask plugins` first (scripts/test.sh does)",
+            path.display()
+        )
     })
 }
 
