@@ -45,7 +45,7 @@ sed 's/^/# etcd raw: /' "$OUT/etcd.txt"
 
 # ---- wasmraft ----
 PORTS=(7379 7380 7381)
-PEERS=$(printf '%s = "127.0.0.1:%s"\n' 1 7379 2 7380 3 7381)
+PEERS=$(printf '%s = "127.0.0.1:%s"\n' 1 7479 2 7480 3 7481)
 WPIDS=()
 for i in 1 2 3; do
   cat > "$OUT/node$i.toml" <<TOML

@@ -36,8 +36,35 @@ use crate::run::{Settings, Workload};
 #[command(name = "wasmraft-bench", version)]
 struct Cli {
     /// Comma-separated node addresses; connections go to them round-robin.
-    #[arg(long, global = true, env = "WASMRAFT_ENDPOINTS", default_value = "127.0.0.1:7379", value_delimiter = ',')]
+    #[arg(
+        long,
+        global = true,
+        env = "WASMRAFT_ENDPOINTS",
+        default_value = "127.0.0.1:7379",
+        value_delimiter = ','
+    )]
     endpoints: Vec<String>,
+    /// Speak TLS, trusting the CA in this PEM file (the cluster CA).
+    #[arg(long, global = true, env = "WASMRAFT_CACERT")]
+    cacert: Option<std::path::PathBuf>,
+    /// A client certificate (PEM), for clusters that ask for one.
+    #[arg(
+        long = "cert",
+        id = "tls_cert",
+        global = true,
+        env = "WASMRAFT_CERT",
+        requires = "tls_key"
+    )]
+    cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long = "key",
+        id = "tls_key",
+        global = true,
+        env = "WASMRAFT_KEY",
+        requires = "tls_cert"
+    )]
+    key: Option<std::path::PathBuf>,
     /// gRPC (TCP) connections.
     #[arg(long, global = true, default_value_t = 1)]
     conns: usize,
@@ -138,7 +165,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         Some(i) => s.split_at(i),
         None => (s, "s"),
     };
-    let n: f64 = number.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 10s or 500ms"))?;
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 10s or 500ms"))?;
     let secs = match unit.trim() {
         "ms" => n / 1000.0,
         "s" => n,
@@ -166,17 +195,33 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
     if cli.conns == 0 || cli.clients == 0 || cli.total == 0 {
         bail!("--conns, --clients and --total must be at least 1");
     }
-    let mut endpoints: Vec<String> =
-        cli.endpoints.iter().map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect();
+    let mut endpoints: Vec<String> = cli
+        .endpoints
+        .iter()
+        .map(|e| e.trim().to_string())
+        .filter(|e| !e.is_empty())
+        .collect();
     if endpoints.is_empty() {
         bail!("--endpoints is empty");
     }
-    let keys = KeyGen::new(cli.key_size, cli.key_space.unwrap_or(cli.total), cli.sequential_keys)?;
+    let keys = KeyGen::new(
+        cli.key_size,
+        cli.key_space.unwrap_or(cli.total),
+        cli.sequential_keys,
+    )?;
     let value = keys::value(cli.value_size, 0x5eed);
+    let tls = match &cli.cacert {
+        Some(ca) => Some(wasmraft_client::TlsConfig::from_files(
+            ca,
+            cli.cert.as_deref(),
+            cli.key.as_deref(),
+        )?),
+        None => None,
+    };
     if cli.target_leader {
-        endpoints = vec![run::find_leader(&endpoints, cli.timeout).await?];
+        endpoints = vec![run::find_leader(&endpoints, cli.timeout, tls.as_ref()).await?];
     }
-    let conns = run::connect(&endpoints, cli.conns, cli.timeout).await?;
+    let conns = run::connect(&endpoints, cli.conns, cli.timeout, tls.as_ref()).await?;
     let settings = |label: &str, total: u64| Settings {
         total,
         clients: cli.clients,
@@ -186,7 +231,13 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
     };
 
     let (workload, consistency) = match &cli.command {
-        Command::Put => (Workload::Put { keys: keys.clone(), value: value.clone() }, None),
+        Command::Put => (
+            Workload::Put {
+                keys: keys.clone(),
+                value: value.clone(),
+            },
+            None,
+        ),
         Command::Range(args) => {
             let consistency = args.consistency.consistency();
             let workload = match &args.key {
@@ -196,10 +247,20 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
                     consistency,
                 },
                 None if args.end.is_some() => bail!("range: END needs a KEY"),
-                None => Workload::RangeKeys { keys: keys.clone(), consistency },
+                None => Workload::RangeKeys {
+                    keys: keys.clone(),
+                    consistency,
+                },
             };
             if args.populate {
-                populate(&conns, args, &keys, &value, settings("populate", keys.space())).await?;
+                populate(
+                    &conns,
+                    args,
+                    &keys,
+                    &value,
+                    settings("populate", keys.space()),
+                )
+                .await?;
             }
             (workload, Some(args.consistency.letter().to_string()))
         }
@@ -222,13 +283,20 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
         eprintln!(
             "wasmraft-bench: {}{} x {} to {} over {} conns, {} clients; keys {} B ({} of {}), values {} B",
             info.workload,
-            info.consistency.as_deref().map(|c| format!(" --consistency {c}")).unwrap_or_default(),
+            info.consistency
+                .as_deref()
+                .map(|c| format!(" --consistency {c}"))
+                .unwrap_or_default(),
             info.total,
             info.endpoints.join(","),
             info.conns,
             info.clients,
             info.key_size,
-            if keys.sequential() { "sequential" } else { "random" },
+            if keys.sequential() {
+                "sequential"
+            } else {
+                "random"
+            },
             keys.space(),
             info.value_size,
         );
@@ -263,13 +331,26 @@ async fn populate(
     settings: Settings,
 ) -> anyhow::Result<()> {
     if let Some(key) = &args.key {
-        let put = PutRequest { key: key.clone().into_bytes(), value: value.to_vec(), ..Default::default() };
-        let request = RequestOp { request: Some(Request::RequestPut(put)) }.encode_to_vec();
+        let put = PutRequest {
+            key: key.clone().into_bytes(),
+            value: value.to_vec(),
+            ..Default::default()
+        };
+        let request = RequestOp {
+            request: Some(Request::RequestPut(put)),
+        }
+        .encode_to_vec();
         let mut client = conns[0].clone();
-        client.propose(request).await.with_context(|| format!("--populate: cannot put {key:?}"))?;
+        client
+            .propose(request)
+            .await
+            .with_context(|| format!("--populate: cannot put {key:?}"))?;
         return Ok(());
     }
-    let workload = Workload::Put { keys: keys.in_order(), value: value.to_vec() };
+    let workload = Workload::Put {
+        keys: keys.in_order(),
+        value: value.to_vec(),
+    };
     let outcome = run::run(conns, Arc::new(workload), &settings).await;
     let errors: u64 = outcome.errors.values().map(|e| e.count).sum();
     eprintln!(
@@ -320,12 +401,18 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.endpoints, ["a:1", "b:2"]);
-        assert_eq!((cli.conns, cli.clients, cli.total, cli.value_size), (200, 1000, 100_000, 256));
+        assert_eq!(
+            (cli.conns, cli.clients, cli.total, cli.value_size),
+            (200, 1000, 100_000, 256)
+        );
         assert_eq!(cli.key_space, Some(5));
         assert!(cli.sequential_keys && matches!(cli.command, Command::Put));
 
-        let cli = Cli::try_parse_from(["wasmraft-bench", "range", "k", "--consistency", "s"]).unwrap();
-        let Command::Range(args) = cli.command else { panic!("not a range") };
+        let cli =
+            Cli::try_parse_from(["wasmraft-bench", "range", "k", "--consistency", "s"]).unwrap();
+        let Command::Range(args) = cli.command else {
+            panic!("not a range")
+        };
         assert_eq!(args.key.as_deref(), Some("k"));
         assert_eq!(args.consistency.letter(), "s");
         assert_eq!(cli.timeout, Duration::from_secs(10));

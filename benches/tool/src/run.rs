@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use prost::Message;
-use wasmraft_client::{Client, ClientError, Consistency};
+use wasmraft_client::{Client, ClientError, Consistency, TlsConfig};
 use wasmraft_proto::etcdserverpb::request_op::Request;
 use wasmraft_proto::etcdserverpb::response_op::Response;
 use wasmraft_proto::etcdserverpb::{PutRequest, RangeRequest, RequestOp, ResponseOp};
@@ -54,27 +54,43 @@ impl Workload {
                 value: value.clone(),
                 ..Default::default()
             }),
-            Workload::RangeKeys { keys, .. } => {
-                Request::RequestRange(RangeRequest { key: keys.key(keys.index(n, rng)), ..Default::default() })
-            }
-            Workload::RangeFixed { key, end, .. } => {
-                Request::RequestRange(RangeRequest { key: key.clone(), range_end: end.clone(), ..Default::default() })
-            }
+            Workload::RangeKeys { keys, .. } => Request::RequestRange(RangeRequest {
+                key: keys.key(keys.index(n, rng)),
+                ..Default::default()
+            }),
+            Workload::RangeFixed { key, end, .. } => Request::RequestRange(RangeRequest {
+                key: key.clone(),
+                range_end: end.clone(),
+                ..Default::default()
+            }),
         };
-        RequestOp { request: Some(request) }.encode_to_vec()
+        RequestOp {
+            request: Some(request),
+        }
+        .encode_to_vec()
     }
 
     /// Sends one request; `Ok(true)` when it succeeded but read no key.
-    async fn send(&self, client: &mut Client, request: Vec<u8>) -> Result<Result<bool, String>, ClientError> {
+    async fn send(
+        &self,
+        client: &mut Client,
+        request: Vec<u8>,
+    ) -> Result<Result<bool, String>, ClientError> {
         match self {
             Workload::Put { .. } => client.propose(request).await.map(|_| Ok(false)),
             Workload::RangeKeys { consistency, .. } | Workload::RangeFixed { consistency, .. } => {
                 let bytes = client.query(request, *consistency).await?;
-                Ok(match ResponseOp::decode(bytes.as_slice()).map(|r| r.response) {
-                    Ok(Some(Response::ResponseRange(r))) => Ok(r.kvs.is_empty() && r.count == 0),
-                    Ok(other) => Err(format!("expected a range response, got {other:?}")),
-                    Err(e) => Err(format!("not an etcd ResponseOp (is the node running the KV plugin?): {e}")),
-                })
+                Ok(
+                    match ResponseOp::decode(bytes.as_slice()).map(|r| r.response) {
+                        Ok(Some(Response::ResponseRange(r))) => {
+                            Ok(r.kvs.is_empty() && r.count == 0)
+                        }
+                        Ok(other) => Err(format!("expected a range response, got {other:?}")),
+                        Err(e) => Err(format!(
+                            "not an etcd ResponseOp (is the node running the KV plugin?): {e}"
+                        )),
+                    },
+                )
             }
         }
     }
@@ -112,14 +128,23 @@ pub struct Outcome {
 /// tool does (connection `i` talks to endpoint `i % len` only), and makes
 /// sure each is connected: clones of a connected [`Client`] share its
 /// connection, so the clients of a run open no more.
-pub async fn connect(endpoints: &[String], conns: usize, timeout: Duration) -> anyhow::Result<Vec<Client>> {
+pub async fn connect(
+    endpoints: &[String],
+    conns: usize,
+    timeout: Duration,
+    tls: Option<&TlsConfig>,
+) -> anyhow::Result<Vec<Client>> {
     let mut out = Vec::with_capacity(conns);
     for i in 0..conns {
         let endpoint = &endpoints[i % endpoints.len()];
-        let mut client = Client::new([endpoint])?;
+        let mut client = Client::with_tls([endpoint], tls.cloned())?;
         tokio::time::timeout(timeout, client.status())
             .await
-            .with_context(|| format!("connection {i}: {endpoint} did not answer a status request within {timeout:?}"))?
+            .with_context(|| {
+                format!(
+                    "connection {i}: {endpoint} did not answer a status request within {timeout:?}"
+                )
+            })?
             .with_context(|| format!("connection {i}"))?;
         out.push(client);
     }
@@ -127,18 +152,28 @@ pub async fn connect(endpoints: &[String], conns: usize, timeout: Duration) -> a
 }
 
 /// The endpoint whose node is the leader, asking each in turn.
-pub async fn find_leader(endpoints: &[String], timeout: Duration) -> anyhow::Result<String> {
+pub async fn find_leader(
+    endpoints: &[String],
+    timeout: Duration,
+    tls: Option<&TlsConfig>,
+) -> anyhow::Result<String> {
     let mut seen = Vec::new();
     for endpoint in endpoints {
-        let mut client = Client::new([endpoint])?;
+        let mut client = Client::with_tls([endpoint], tls.cloned())?;
         match tokio::time::timeout(timeout, client.status()).await {
             Ok(Ok(s)) if s.role == "leader" => return Ok(endpoint.clone()),
-            Ok(Ok(s)) => seen.push(format!("{endpoint}: {} (leader id {})", s.role, s.leader_id)),
+            Ok(Ok(s)) => seen.push(format!(
+                "{endpoint}: {} (leader id {})",
+                s.role, s.leader_id
+            )),
             Ok(Err(e)) => seen.push(format!("{endpoint}: {e}")),
             Err(_) => seen.push(format!("{endpoint}: no answer within {timeout:?}")),
         }
     }
-    bail!("--target-leader: no endpoint is the leader ({})", seen.join("; "))
+    bail!(
+        "--target-leader: no endpoint is the leader ({})",
+        seen.join("; ")
+    )
 }
 
 /// The error bucket of a failed request and its message: the node's
@@ -191,14 +226,24 @@ pub async fn run(conns: &[Client], workload: Arc<Workload>, settings: &Settings)
         })
     };
     let start = Instant::now();
-    let progress = settings.progress.then(|| tokio::spawn(progress(shared.clone(), settings.clone(), start)));
-    let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let progress = settings
+        .progress
+        .then(|| tokio::spawn(progress(shared.clone(), settings.clone(), start)));
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let seed = clock.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32);
     let mut tasks = Vec::with_capacity(settings.clients);
     for i in 0..settings.clients {
         let client = conns[i % conns.len()].clone();
         let rng = Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        tasks.push(tokio::spawn(client_loop(client, rng, workload.clone(), shared.clone(), settings.clone())));
+        tasks.push(tokio::spawn(client_loop(
+            client,
+            rng,
+            workload.clone(),
+            shared.clone(),
+            settings.clone(),
+        )));
     }
     let mut outcome = Outcome::default();
     let mut nanos = Vec::with_capacity(settings.total.min(10_000_000) as usize);
@@ -252,7 +297,8 @@ async fn client_loop(
         }
         let request = workload.request(n, &mut rng);
         let sent = Instant::now();
-        let result = tokio::time::timeout(settings.timeout, workload.send(&mut client, request)).await;
+        let result =
+            tokio::time::timeout(settings.timeout, workload.send(&mut client, request)).await;
         let latency = sent.elapsed();
         let ok = match result {
             Ok(Ok(Ok(empty))) => {

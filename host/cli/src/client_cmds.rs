@@ -2,9 +2,12 @@
 
 use std::io::Write;
 
+use std::path::PathBuf;
+
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use wasmraft_client::{Client, Consistency};
+use tonic::transport::Channel;
+use wasmraft_client::{Client, Consistency, TlsConfig};
 use wasmraft_proto::etcdserverpb::response_op::Response;
 use wasmraft_proto::v1::admin_client::AdminClient;
 use wasmraft_proto::v1::{MembersRequest, TransferLeaderRequest};
@@ -13,14 +16,116 @@ use crate::kv;
 
 #[derive(Args, Debug)]
 pub struct Endpoints {
-    /// Comma-separated node addresses.
+    /// Comma-separated client addresses of nodes.
     #[arg(long, env = "WASMRAFT_ENDPOINTS", default_value = crate::DEFAULT_ENDPOINTS, value_delimiter = ',')]
     pub endpoints: Vec<String>,
+    /// Speak TLS, trusting the CA in this PEM file (the cluster CA, which
+    /// signs the nodes' certificates).
+    #[arg(long, env = "WASMRAFT_CACERT")]
+    pub cacert: Option<PathBuf>,
+    /// A client certificate (PEM), for clusters that ask for one; its
+    /// common name is your identity (admins are listed in the nodes' config).
+    #[arg(
+        long = "cert",
+        id = "tls_cert",
+        env = "WASMRAFT_CERT",
+        requires = "tls_key"
+    )]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long = "key",
+        id = "tls_key",
+        env = "WASMRAFT_KEY",
+        requires = "tls_cert"
+    )]
+    pub key: Option<PathBuf>,
 }
 
 impl Endpoints {
-    fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::new(&self.endpoints)?)
+    pub fn tls(&self) -> anyhow::Result<Option<TlsConfig>> {
+        match &self.cacert {
+            Some(ca) => Ok(Some(TlsConfig::from_files(
+                ca,
+                self.cert.as_deref(),
+                self.key.as_deref(),
+            )?)),
+            None if self.cert.is_some() => {
+                bail!("--cert needs --cacert (the CA that signed the nodes' certificates)")
+            }
+            None => Ok(None),
+        }
+    }
+
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::with_tls(&self.endpoints, self.tls()?)?)
+    }
+
+    /// A channel to each endpoint in turn, connected now; the first error
+    /// if none connects (with a hint when TLS may be the cause).
+    pub async fn channels(&self) -> anyhow::Result<Vec<(String, Channel)>> {
+        let tls = self.tls()?;
+        let mut out = Vec::new();
+        let mut last = None;
+        for e in &self.endpoints {
+            match wasmraft_client::endpoint(e, tls.as_ref())?.connect().await {
+                Ok(c) => out.push((e.clone(), c)),
+                Err(err) => last = Some(format!("{e}: {}", wasmraft_client::error_chain(&err))),
+            }
+        }
+        if out.is_empty() {
+            bail!(
+                "cannot reach any endpoint ({}){}",
+                last.unwrap_or_default(),
+                self.hint()
+            );
+        }
+        Ok(out)
+    }
+
+    /// What to try when nothing answers.
+    pub fn hint(&self) -> &'static str {
+        if self.cacert.is_none() {
+            "; if the cluster uses TLS, pass --cacert (and --cert/--key)"
+        } else {
+            ""
+        }
+    }
+
+    /// Runs an admin operation on the leader: each endpoint in turn until
+    /// one is not "not the leader" (nodes that check admin identities do
+    /// not forward admin requests).
+    pub async fn on_leader<T, F, Fut>(&self, mut call: F) -> anyhow::Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut last = None;
+        for (_, channel) in self.channels().await? {
+            match call(channel).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s)
+                    if s.metadata()
+                        .get(wasmraft_proto::ERROR_KEY)
+                        .is_some_and(|v| v == "not-leader") =>
+                {
+                    last = Some(s)
+                }
+                Err(s) => return Err(status_error(s)),
+            }
+        }
+        Err(status_error(last.expect("at least one endpoint answered")))
+    }
+}
+
+/// A node's error as a user reads it, with what to do for the usual ones.
+pub fn status_error(s: tonic::Status) -> anyhow::Error {
+    match s.code() {
+        tonic::Code::PermissionDenied => anyhow::anyhow!("permission denied: {}", s.message()),
+        tonic::Code::Unavailable if s.metadata().get(wasmraft_proto::ERROR_KEY).is_none() => {
+            anyhow::anyhow!("{} ({})", s.message(), wasmraft_client::error_chain(&s))
+        }
+        _ => anyhow::anyhow!("{}", s.message()),
     }
 }
 
@@ -81,8 +186,8 @@ pub struct DelArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum MemberCommand {
-    /// Add node ID, reachable at ADDRESS, as a learner (start it first with
-    /// `join = true` in its config).
+    /// Add node ID, whose peer (Raft) address is ADDRESS, as a learner
+    /// (start it first with `join = true` in its config).
     AddLearner {
         id: u64,
         address: String,
@@ -161,7 +266,11 @@ fn stdout_bytes(bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 pub async fn put(a: PutArgs) -> anyhow::Result<()> {
-    let r = a.endpoints.client()?.propose(kv::put(&a.key, &a.value)).await?;
+    let r = a
+        .endpoints
+        .client()?
+        .propose(kv::put(&a.key, &a.value))
+        .await?;
     match kv::decode(&r.result)? {
         Response::ResponsePut(_) => println!("OK"),
         other => bail!("unexpected response {other:?}"),
@@ -170,7 +279,11 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
 }
 
 pub async fn get(a: GetArgs) -> anyhow::Result<()> {
-    let bytes = a.endpoints.client()?.query(kv::range(&a.key, a.prefix), a.consistency.into()).await?;
+    let bytes = a
+        .endpoints
+        .client()?
+        .query(kv::range(&a.key, a.prefix), a.consistency.into())
+        .await?;
     let range = kv::expect_range(kv::decode(&bytes)?)?;
     if a.prefix {
         for kv in range.kvs {
@@ -186,7 +299,11 @@ pub async fn get(a: GetArgs) -> anyhow::Result<()> {
 }
 
 pub async fn del(a: DelArgs) -> anyhow::Result<()> {
-    let r = a.endpoints.client()?.propose(kv::delete(&a.key, a.prefix)).await?;
+    let r = a
+        .endpoints
+        .client()?
+        .propose(kv::delete(&a.key, a.prefix))
+        .await?;
     match kv::decode(&r.result)? {
         Response::ResponseDeleteRange(d) => println!("{}", d.deleted),
         other => bail!("unexpected response {other:?}"),
@@ -197,7 +314,11 @@ pub async fn del(a: DelArgs) -> anyhow::Result<()> {
 pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     let s = a.endpoints.client()?.status().await?;
     let plugin = s.plugin.unwrap_or_default();
-    let leader = if s.leader_id == 0 { "none".to_string() } else { s.leader_id.to_string() };
+    let leader = if s.leader_id == 0 {
+        "none".to_string()
+    } else {
+        s.leader_id.to_string()
+    };
     let mut text = format!(
         "node:     {}\nrole:     {}\nterm:     {}\nleader:   {leader}\ncommit:   {}\napplied:  {}\nlast:     {}\n\
          plugin:   {} {} (sdk {}, sha256 {})",
@@ -212,10 +333,32 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         plugin.sdk_version,
         plugin.sha256
     );
+    text.push_str(&format!(
+        "\ncluster:  {}\nclients:  {}\npeers:    {}",
+        if s.cluster_id.is_empty() {
+            "(not joined yet)"
+        } else {
+            &s.cluster_id
+        },
+        s.client_address,
+        s.peer_address
+    ));
+    if s.removed {
+        text.push_str("\nREMOVED:  this node was removed from the cluster and serves nothing");
+    }
     if !s.fatal.is_empty() {
         text.push_str(&format!("\nFATAL:    {}", s.fatal));
     }
-    stdout_bytes(text.as_bytes())
+    stdout_bytes(text.as_bytes())?;
+    // A node that serves nothing makes the command fail, for scripts and
+    // health checks.
+    if !s.fatal.is_empty() {
+        bail!("node {} is fatal: {}", s.id, s.fatal);
+    }
+    if s.removed {
+        bail!("node {} was removed from the cluster", s.id);
+    }
+    Ok(())
 }
 
 fn input(text: Option<String>, stdin: bool) -> anyhow::Result<Vec<u8>> {
@@ -223,7 +366,8 @@ fn input(text: Option<String>, stdin: bool) -> anyhow::Result<Vec<u8>> {
         (Some(t), false) => Ok(t.into_bytes()),
         (None, true) => {
             let mut buf = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).context("reading standard input")?;
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+                .context("reading standard input")?;
             Ok(buf)
         }
         (Some(_), true) => bail!("give the input as an argument or with --stdin, not both"),
@@ -232,12 +376,20 @@ fn input(text: Option<String>, stdin: bool) -> anyhow::Result<Vec<u8>> {
 }
 
 pub async fn propose(a: ProposeArgs) -> anyhow::Result<()> {
-    let r = a.endpoints.client()?.propose(input(a.command, a.stdin)?).await?;
+    let r = a
+        .endpoints
+        .client()?
+        .propose(input(a.command, a.stdin)?)
+        .await?;
     stdout_bytes(&r.result)
 }
 
 pub async fn query(a: QueryArgs) -> anyhow::Result<()> {
-    let bytes = a.endpoints.client()?.query(input(a.request, a.stdin)?, a.consistency.into()).await?;
+    let bytes = a
+        .endpoints
+        .client()?
+        .query(input(a.request, a.stdin)?, a.consistency.into())
+        .await?;
     stdout_bytes(&bytes)
 }
 
@@ -247,10 +399,15 @@ pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
     use wasmraft_proto::mvccpb::{Event, event::EventType};
     let mut stream = a.endpoints.client()?.watch(a.prefix.into_bytes()).await?;
     while let Some(item) = stream.message().await? {
-        let ev = Event::decode(item.payload.as_slice()).context("event is not an mvccpb.Event (KV plugin?)")?;
+        let ev = Event::decode(item.payload.as_slice())
+            .context("event is not an mvccpb.Event (KV plugin?)")?;
         let kv = ev.kv.unwrap_or_default();
         let line = match EventType::try_from(ev.r#type) {
-            Ok(EventType::Put) => format!("PUT {} {}", String::from_utf8_lossy(&kv.key), String::from_utf8_lossy(&kv.value)),
+            Ok(EventType::Put) => format!(
+                "PUT {} {}",
+                String::from_utf8_lossy(&kv.key),
+                String::from_utf8_lossy(&kv.value)
+            ),
             _ => format!("DELETE {}", String::from_utf8_lossy(&kv.key)),
         };
         stdout_bytes(line.as_bytes())?;
@@ -259,30 +416,49 @@ pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
 }
 
 /// An admin client of the first endpoint that answers.
-async fn admin(endpoints: &Endpoints) -> anyhow::Result<AdminClient<tonic::transport::Channel>> {
-    let mut last = None;
-    for e in &endpoints.endpoints {
-        let uri = if e.contains("://") { e.clone() } else { format!("http://{e}") };
-        match AdminClient::connect(uri).await {
-            Ok(c) => return Ok(c),
-            Err(err) => last = Some(format!("{e}: {err}")),
-        }
-    }
-    bail!("cannot reach any endpoint ({})", last.unwrap_or_default())
+async fn admin(endpoints: &Endpoints) -> anyhow::Result<AdminClient<Channel>> {
+    let (_, channel) = endpoints.channels().await?.remove(0);
+    Ok(AdminClient::new(channel))
 }
 
 pub async fn members(a: StatusArgs) -> anyhow::Result<()> {
-    let r = admin(&a.endpoints).await?.members(MembersRequest {}).await?.into_inner();
-    let mut text = format!("{:<6} {:<15} {:<24} {}", "ID", "ROLE", "ADDRESS", "MATCHED");
+    let r = admin(&a.endpoints)
+        .await?
+        .members(MembersRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let mut text = format!(
+        "{:<6} {:<15} {:<24} {:<24} {}",
+        "ID", "ROLE", "PEER ADDRESS", "CLIENT ADDRESS", "MATCHED"
+    );
     for m in r.members {
-        let role = if m.id == r.leader_id { format!("{} (leader)", m.role) } else { m.role };
-        text.push_str(&format!("\n{:<6} {:<15} {:<24} {}", m.id, role, m.address, m.matched));
+        let role = if m.id == r.leader_id {
+            format!("{} (leader)", m.role)
+        } else {
+            m.role
+        };
+        let client = if m.client_address.is_empty() {
+            "-".to_string()
+        } else {
+            m.client_address
+        };
+        text.push_str(&format!(
+            "\n{:<6} {:<15} {:<24} {:<24} {}",
+            m.id, role, m.address, client, m.matched
+        ));
     }
     stdout_bytes(text.as_bytes())
 }
 
 pub async fn transfer_leader(a: TransferArgs) -> anyhow::Result<()> {
-    admin(&a.endpoints).await?.transfer_leader(TransferLeaderRequest { to: a.id }).await?;
+    a.endpoints
+        .on_leader(|c| async move {
+            AdminClient::new(c)
+                .transfer_leader(TransferLeaderRequest { to: a.id })
+                .await
+        })
+        .await?;
     // The transfer completes once the target has caught up and won its
     // election; wait for it so the command's success means something.
     let mut client = a.endpoints.client()?;
@@ -297,31 +473,36 @@ pub async fn transfer_leader(a: TransferArgs) -> anyhow::Result<()> {
 }
 
 pub async fn member(c: MemberCommand) -> anyhow::Result<()> {
-    use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient;
+    use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient as Changes;
     use wasmraft_proto::v1::{AddLearnerRequest, MemberRequest};
-    let endpoints = match &c {
-        MemberCommand::AddLearner { endpoints, .. } | MemberCommand::Promote { endpoints, .. } | MemberCommand::Remove { endpoints, .. } => endpoints,
-    };
-    let mut client = None;
-    for e in &endpoints.endpoints {
-        let uri = if e.contains("://") { e.clone() } else { format!("http://{e}") };
-        if let Ok(c) = MembershipChangesClient::connect(uri).await {
-            client = Some(c);
-            break;
-        }
-    }
-    let mut client = client.context("cannot reach any endpoint")?;
     match c {
-        MemberCommand::AddLearner { id, address, .. } => {
-            client.add_learner(AddLearnerRequest { id, address }).await?;
+        MemberCommand::AddLearner {
+            id,
+            address,
+            endpoints,
+        } => {
+            endpoints
+                .on_leader(|c| {
+                    let address = address.clone();
+                    async move {
+                        Changes::new(c)
+                            .add_learner(AddLearnerRequest { id, address })
+                            .await
+                    }
+                })
+                .await?;
             println!("node {id} added as a learner");
         }
-        MemberCommand::Promote { id, .. } => {
-            client.promote(MemberRequest { id }).await?;
+        MemberCommand::Promote { id, endpoints } => {
+            endpoints
+                .on_leader(|c| async move { Changes::new(c).promote(MemberRequest { id }).await })
+                .await?;
             println!("node {id} is a voter");
         }
-        MemberCommand::Remove { id, .. } => {
-            client.remove(MemberRequest { id }).await?;
+        MemberCommand::Remove { id, endpoints } => {
+            endpoints
+                .on_leader(|c| async move { Changes::new(c).remove(MemberRequest { id }).await })
+                .await?;
             println!("node {id} removed");
         }
     }

@@ -20,11 +20,28 @@ pub struct FileConfig {
     /// The client API address.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// The peer (Raft) address: only Raft messages and snapshots are served
+    /// here. Default: `listen`'s IP, port + 100 (7479 for 7379).
+    #[serde(default)]
+    pub peer_listen: Option<SocketAddr>,
+    /// The client address this node tells its peers (shown by `members`,
+    /// used by followers forwarding to it). Default: `listen`; set it when
+    /// `listen` is a wildcard address such as 0.0.0.0.
+    #[serde(default)]
+    pub advertise_client: Option<String>,
+    /// Mixed into the cluster id derived from `[peers]`, so that two
+    /// clusters with the same members never accept each other's traffic.
+    #[serde(default)]
+    pub cluster_token: Option<String>,
+    /// The cluster id (16 hex digits) a joining node expects; without it,
+    /// the node takes the id of the first peer that contacts it.
+    #[serde(default)]
+    pub cluster_id: Option<String>,
     /// A plugin `.wasm` to run instead of the built-in KV plugin.
     #[serde(default)]
     pub plugin: Option<PathBuf>,
     /// Every member of the initial cluster, this node included: id ->
-    /// `host:port`. Empty: a cluster of this node alone.
+    /// peer `host:port`. Empty: a cluster of this node alone.
     #[serde(default)]
     pub peers: BTreeMap<String, String>,
     /// Fsync the log before acknowledging writes.
@@ -45,6 +62,57 @@ pub struct FileConfig {
     pub raft: RaftSection,
     #[serde(default)]
     pub limits: LimitsSection,
+    /// TLS on both listeners; off without this section.
+    #[serde(default)]
+    pub tls: Option<TlsSection>,
+}
+
+/// `[tls]`: file paths of PEM files, and the client port's policy. The
+/// peer port always requires a certificate signed by `ca` (mutual TLS).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// This node's certificate, served on both ports and presented to peers.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The cluster CA: signs node certificates.
+    pub ca: PathBuf,
+    /// The CA that signs client certificates (default: `ca`).
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Require a client certificate on the client port.
+    #[serde(default)]
+    pub client_cert_auth: bool,
+    /// Common names of client certificates that may administer the cluster
+    /// (deploy, membership, leader transfer, hash checks, fault injection).
+    #[serde(default)]
+    pub admins: Vec<String>,
+}
+
+impl TlsSection {
+    /// Reads every file; relative paths are relative to `base`.
+    pub fn load(&self, base: &Path) -> anyhow::Result<wasmraft_grpc::TlsSettings> {
+        let read = |p: &Path| {
+            let p = base.join(p);
+            std::fs::read(&p).with_context(|| format!("[tls]: cannot read {}", p.display()))
+        };
+        let settings = wasmraft_grpc::TlsSettings {
+            cert_pem: read(&self.cert)?,
+            key_pem: read(&self.key)?,
+            ca_pem: read(&self.ca)?,
+            client_ca_pem: self.client_ca.as_deref().map(read).transpose()?,
+            client_cert_auth: self.client_cert_auth,
+            admins: self.admins.clone(),
+        };
+        settings.validate()?;
+        if self.client_cert_auth && self.admins.is_empty() {
+            tracing::warn!(
+                "[tls] client_cert_auth is on but admins is empty: nobody can administer the cluster"
+            );
+        }
+        Ok(settings)
+    }
 }
 
 fn default_listen() -> SocketAddr {
@@ -115,7 +183,8 @@ impl Default for LimitsSection {
 
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("invalid configuration {}", path.display()))
     }
 
@@ -123,11 +192,44 @@ impl FileConfig {
         Ok(toml::from_str(text)?)
     }
 
+    /// The peer address: `peer_listen`, or `listen`'s IP at port + 100.
+    pub fn peer_listen(&self) -> SocketAddr {
+        self.peer_listen.unwrap_or_else(|| {
+            let port = if self.listen.port() == 0 {
+                0
+            } else {
+                self.listen.port().saturating_add(100)
+            };
+            SocketAddr::new(self.listen.ip(), port)
+        })
+    }
+
+    /// The cluster id to bootstrap with, or to expect when joining (0:
+    /// learn it from the first peer).
+    pub fn cluster_id(&self) -> anyhow::Result<u64> {
+        if let Some(id) = &self.cluster_id {
+            let id = u64::from_str_radix(id.trim(), 16)
+                .with_context(|| format!("cluster_id {id:?} is not 16 hex digits"))?;
+            anyhow::ensure!(id != 0, "cluster_id 0 is not allowed");
+            return Ok(id);
+        }
+        let peers = self.peer_addresses()?;
+        if self.join || peers.is_empty() {
+            return Ok(0);
+        }
+        Ok(wasmraft_node::derive_cluster_id(
+            self.cluster_token.as_deref().unwrap_or("wasmraft"),
+            &peers,
+        ))
+    }
+
     /// The peers table with numeric ids.
     pub fn peer_addresses(&self) -> anyhow::Result<BTreeMap<u64, String>> {
         let mut out = BTreeMap::new();
         for (id, addr) in &self.peers {
-            let n: u64 = id.parse().with_context(|| format!("peer id {id:?} is not a number"))?;
+            let n: u64 = id
+                .parse()
+                .with_context(|| format!("peer id {id:?} is not a number"))?;
             anyhow::ensure!(n != 0, "peer id 0 is not allowed");
             out.insert(n, addr.clone());
         }
@@ -141,7 +243,10 @@ impl FileConfig {
 
     pub fn node_config(&self) -> NodeConfig {
         NodeConfig {
-            bootstrap_voters: self.peer_addresses().map(|p| p.keys().copied().collect()).unwrap_or_default(),
+            bootstrap_voters: self
+                .peer_addresses()
+                .map(|p| p.keys().copied().collect())
+                .unwrap_or_default(),
             join: self.join,
             id: self.id,
             data_dir: self.data_dir.clone(),
@@ -162,6 +267,7 @@ impl FileConfig {
             },
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
             max_command_bytes: self.limits.max_command_bytes,
+            cluster_id: self.cluster_id().unwrap_or(0),
             ..NodeConfig::default()
         }
     }
@@ -179,21 +285,82 @@ mod tests {
         assert_eq!(n.election_ticks, NodeConfig::default().election_ticks);
         assert_eq!(n.plugin, PluginConfig::default());
         assert_eq!(c.listen, default_listen());
+        assert_eq!(c.peer_listen().port(), 7479);
+        assert!(c.tls.is_none());
+    }
+
+    #[test]
+    fn the_cluster_id_follows_peers_and_token_and_a_pinned_one_wins() {
+        let base = "id = 1\ndata_dir = \"d\"\n";
+        let peers = "[peers]\n1 = \"a:1\"\n2 = \"a:2\"\n";
+        let a = FileConfig::parse(&format!("{base}{peers}"))
+            .unwrap()
+            .cluster_id()
+            .unwrap();
+        let b = FileConfig::parse(&format!("{base}cluster_token = \"other\"\n{peers}"))
+            .unwrap()
+            .cluster_id()
+            .unwrap();
+        assert_ne!(a, 0);
+        assert_ne!(a, b, "the token changes the id");
+        let pinned =
+            FileConfig::parse(&format!("{base}cluster_id = \"00000000000000ab\"\n{peers}"))
+                .unwrap();
+        assert_eq!(pinned.cluster_id().unwrap(), 0xab);
+        let joiner = FileConfig::parse(&format!("{base}join = true\n{peers}")).unwrap();
+        assert_eq!(
+            joiner.cluster_id().unwrap(),
+            0,
+            "a joiner learns the id from its cluster"
+        );
+        assert!(
+            FileConfig::parse(&format!("{base}cluster_id = \"xyz\"\n"))
+                .unwrap()
+                .cluster_id()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_tls_section_needs_cert_key_and_ca_and_refuses_unknown_keys() {
+        let c = FileConfig::parse("id = 1\ndata_dir = \"d\"\n[tls]\ncert = \"c\"\nkey = \"k\"\nca = \"a\"\nclient_cert_auth = true\nadmins = [\"ops\"]\n").unwrap();
+        let tls = c.tls.unwrap();
+        assert!(tls.client_cert_auth);
+        assert_eq!(tls.admins, vec!["ops".to_string()]);
+        assert!(
+            FileConfig::parse("id = 1\ndata_dir = \"d\"\n[tls]\ncert = \"c\"\nkey = \"k\"\n")
+                .is_err()
+        );
+        assert!(FileConfig::parse("id = 1\ndata_dir = \"d\"\n[tls]\ncert = \"c\"\nkey = \"k\"\nca = \"a\"\nverify = 1\n").is_err());
     }
 
     #[test]
     fn peers_become_the_bootstrap_voters() {
-        let c = FileConfig::parse("id = 2\ndata_dir = \"d\"\n[peers]\n1 = \"a:1\"\n2 = \"a:2\"\n3 = \"a:3\"\n").unwrap();
+        let c = FileConfig::parse(
+            "id = 2\ndata_dir = \"d\"\n[peers]\n1 = \"a:1\"\n2 = \"a:2\"\n3 = \"a:3\"\n",
+        )
+        .unwrap();
         assert_eq!(c.node_config().bootstrap_voters, vec![1, 2, 3]);
         let c = FileConfig::parse("id = 4\ndata_dir = \"d\"\n[peers]\n1 = \"a:1\"\n").unwrap();
-        assert!(c.peer_addresses().unwrap_err().to_string().contains("must list this node (4)"));
+        assert!(
+            c.peer_addresses()
+                .unwrap_err()
+                .to_string()
+                .contains("must list this node (4)")
+        );
     }
 
     #[test]
     fn unknown_keys_are_errors_that_name_the_key() {
         let err = FileConfig::parse("id = 1\ndata_dir = \"d\"\nelection = 5\n").unwrap_err();
-        assert!(format!("{err:#}").contains("unknown field `election`"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("unknown field `election`"),
+            "{err:#}"
+        );
         let err = FileConfig::parse("id = 1\ndata_dir = \"d\"\n[raft]\ntick = 5\n").unwrap_err();
-        assert!(format!("{err:#}").contains("unknown field `tick`"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("unknown field `tick`"),
+            "{err:#}"
+        );
     }
 }

@@ -1,11 +1,11 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use wasmraft_node::{KV_PLUGIN, NodeConfig};
 
@@ -29,6 +29,11 @@ pub struct DevArgs {
     /// Serve Prometheus metrics of every node on http://ADDRESS/metrics.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Mutual TLS on every port, with throwaway certificates from `wasmraft
+    /// certs init` (in DATA_DIR/certs): clients need a certificate, and
+    /// only `admin.pem` may administer.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
@@ -41,25 +46,47 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         }
     };
     let plugin = match &args.plugin {
-        Some(p) => std::fs::read(p).with_context(|| format!("cannot read plugin {}", p.display()))?,
+        Some(p) => {
+            std::fs::read(p).with_context(|| format!("cannot read plugin {}", p.display()))?
+        }
         None => KV_PLUGIN.to_vec(),
     };
 
+    let tls = if args.tls {
+        Some(dev_certs(&data_dir.join("certs"), args.nodes)?)
+    } else {
+        None
+    };
+
     // Bind every listener first, so that port 0 works and peers know each
-    // other's real addresses.
+    // other's real addresses. Peers listen 100 ports above clients.
     let mut listeners = Vec::new();
     let mut peers = BTreeMap::new();
+    let mut clients = Vec::new();
     for i in 0..args.nodes {
-        let port = if args.listen.port() == 0 { 0 } else { args.listen.port() + i as u16 };
-        let addr = SocketAddr::new(args.listen.ip(), port);
-        let l = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-        peers.insert(i + 1, l.local_addr()?.to_string());
+        let port = |offset: u16| {
+            if args.listen.port() == 0 {
+                0
+            } else {
+                args.listen.port() + offset + i as u16
+            }
+        };
+        let l = crate::run::Listeners::bind(
+            SocketAddr::new(args.listen.ip(), port(0)),
+            SocketAddr::new(args.listen.ip(), port(100)),
+        )
+        .await?;
+        peers.insert(i + 1, l.peer.local_addr()?.to_string());
+        clients.push(l.client.local_addr()?.to_string());
         listeners.push(l);
     }
+    // One cluster id per data directory: a restart finds its own.
+    let cluster_id =
+        wasmraft_node::derive_cluster_id(&format!("dev {}", data_dir.display()), &peers);
 
     let (stop_tx, stop) = watch::channel(false);
     let mut served = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
+    for (i, listeners) in listeners.into_iter().enumerate() {
         let id = i as u64 + 1;
         let config = NodeConfig {
             id,
@@ -67,22 +94,84 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             // Short ticks so that a local cluster elects within a second.
             tick_interval: Duration::from_millis(50),
             bootstrap_voters: peers.keys().copied().collect(),
+            cluster_id,
             ..NodeConfig::default()
         };
-        served.push(crate::run::start(config, &plugin, listener, peers.clone(), wasmraft_grpc::Faults::new(false), stop.clone())?);
+        let node_tls = match &tls {
+            Some((set, settings)) => {
+                let (cert, key) = &set.nodes[i];
+                let read = |p: &Path| {
+                    std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))
+                };
+                let node = wasmraft_grpc::TlsSettings {
+                    cert_pem: read(cert)?,
+                    key_pem: read(key)?,
+                    ..settings.clone()
+                };
+                node.validate()?;
+                Some(Arc::new(node))
+            }
+            None => None,
+        };
+        let faults = wasmraft_grpc::Faults::new(false);
+        served.push(crate::run::start(
+            config,
+            &plugin,
+            listeners,
+            peers.clone(),
+            faults,
+            node_tls,
+            None,
+            stop.clone(),
+        )?);
     }
-    let leader = served[0].node.wait_for_leader().await.context("the cluster did not elect a leader")?;
+    let leader = served[0]
+        .node
+        .wait_for_leader()
+        .await
+        .context("the cluster did not elect a leader")?;
     if let Some(addr) = args.metrics_listen {
-        crate::run::serve_metrics(served.iter().map(|s| s.node.clone()).collect(), addr, stop.clone()).await?;
+        crate::run::serve_metrics(
+            served.iter().map(|s| s.node.clone()).collect(),
+            addr,
+            stop.clone(),
+        )
+        .await?;
     }
 
-    let endpoints: Vec<&str> = peers.values().map(String::as_str).collect();
-    let plugin_name = if args.plugin.is_some() { "custom" } else { "kv (built in)" };
-    println!("wasmraft dev: {} node(s) ready, plugin {plugin_name}, leader node {leader}", args.nodes);
-    println!("  endpoints: {}", endpoints.join(","));
+    let plugin_name = if args.plugin.is_some() {
+        "custom"
+    } else {
+        "kv (built in)"
+    };
+    println!(
+        "wasmraft dev: {} node(s) ready, plugin {plugin_name}, leader node {leader}",
+        args.nodes
+    );
+    println!("  endpoints: {}", clients.join(","));
+    println!(
+        "  peers:     {}",
+        peers.values().cloned().collect::<Vec<_>>().join(",")
+    );
+    println!(
+        "  cluster:   {}",
+        wasmraft_node::format_cluster_id(cluster_id)
+    );
     println!("  data:      {}", data_dir.display());
     if let Some(addr) = args.metrics_listen {
         println!("  metrics:   http://{addr}/metrics");
+    }
+    if let Some((set, _)) = &tls {
+        println!(
+            "  tls:       mutual TLS; certificates in {}",
+            set.dir.display()
+        );
+        println!(
+            "  client:    export WASMRAFT_CACERT={} WASMRAFT_CERT={} WASMRAFT_KEY={}",
+            set.ca.display(),
+            set.admin.0.display(),
+            set.admin.1.display()
+        );
     }
     println!("  try:       wasmraft put a 1 && wasmraft get a");
     println!("  stop:      Ctrl-C");
@@ -93,4 +182,27 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         s.stop().await?;
     }
     Ok(())
+}
+
+/// The certificates of a dev cluster: made once per data directory, found
+/// again on restart. Clients need a certificate; `wasmraft-admin` (the CN of
+/// `admin.pem`) may administer.
+fn dev_certs(
+    dir: &Path,
+    nodes: u64,
+) -> anyhow::Result<(crate::certs::CertSet, wasmraft_grpc::TlsSettings)> {
+    let set = if dir.join("ca.pem").exists() && dir.join(format!("node-{nodes}.pem")).exists() {
+        crate::certs::existing(dir, nodes)?
+    } else {
+        crate::certs::init(dir, nodes, &[], true)?
+    };
+    let settings = wasmraft_grpc::TlsSettings {
+        cert_pem: Vec::new(),
+        key_pem: Vec::new(),
+        ca_pem: std::fs::read(&set.ca)?,
+        client_ca_pem: Some(std::fs::read(&set.client_ca)?),
+        client_cert_auth: true,
+        admins: vec![crate::certs::ADMIN_CN.to_string()],
+    };
+    Ok((set, settings))
 }

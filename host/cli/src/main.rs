@@ -1,5 +1,6 @@
 //! `wasmraft`: run a node or a local dev cluster, and talk to one.
 
+mod certs;
 mod client_cmds;
 mod config;
 mod dev;
@@ -11,7 +12,7 @@ mod run;
 
 use clap::{Parser, Subcommand};
 
-/// The addresses `wasmraft dev` listens on, which client commands default to.
+/// The client addresses `wasmraft dev` listens on, which client commands default to.
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381";
 
 #[derive(Parser, Debug)]
@@ -62,6 +63,9 @@ enum Command {
     /// Deploy a plugin through the log, show the running one, or start a new one.
     #[command(subcommand)]
     Plugin(plugin_cmds::PluginCommand),
+    /// Write certificates for a TLS dev or test cluster.
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
     /// Check that every replica's keyspace is identical at one index (each
     /// node hashes it; mismatches are reported and the command fails).
     Check(plugin_cmds::CheckArgs),
@@ -71,7 +75,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let server = matches!(cli.command, Command::Run(_) | Command::Dev(_));
     logging::init(&cli.logging, server);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(a) => run::run(a).await,
@@ -88,13 +95,62 @@ fn main() -> std::process::ExitCode {
             Command::Query(a) => client_cmds::query(a).await,
             Command::Plugin(c) => plugin_cmds::run(c).await,
             Command::Check(a) => plugin_cmds::check(a).await,
+            Command::Certs(c) => certs::run(c).await,
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e:#}");
+            if let Some(hint) = hint(&format!("{e:#}")) {
+                eprintln!("hint: {hint}");
+            }
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// What to try after a connection-level failure.
+fn hint(error: &str) -> Option<&'static str> {
+    let tls =
+        std::env::var_os("WASMRAFT_CACERT").is_some() || std::env::args().any(|a| a == "--cacert");
+    let lower = error.to_lowercase();
+    if lower.contains("unknownissuer") || lower.contains("unknown issuer") {
+        return Some(
+            "the node's certificate is not signed by the CA given with --cacert (give the cluster CA)",
+        );
+    }
+    let refused = [
+        "certificate required",
+        "certificaterequired",
+        "handshake",
+        "broken pipe",
+        "connection reset",
+    ];
+    if tls && refused.iter().any(|r| lower.contains(r)) {
+        return Some(
+            "the node refused the connection: if the cluster asks for a client certificate, pass --cert and --key (or WASMRAFT_CERT, WASMRAFT_KEY)",
+        );
+    }
+    if !tls
+        && (lower.contains("transport error")
+            || lower.contains("cannot reach")
+            || lower.contains("connection"))
+    {
+        return Some(
+            "if the cluster uses TLS, pass --cacert (and --cert/--key), or set WASMRAFT_CACERT",
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every subcommand's arguments are consistent (unique names, valid
+    /// `requires`): clap checks this only when a command is first parsed.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

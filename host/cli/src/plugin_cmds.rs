@@ -10,7 +10,7 @@ use wasmraft_proto::v1::client_client::ClientClient;
 use wasmraft_proto::v1::plugins_client::PluginsClient;
 use wasmraft_proto::v1::{CheckHashesRequest, DeployRequest, PluginInfoRequest, StatusRequest};
 
-use crate::client_cmds::{Endpoints, StatusArgs};
+use crate::client_cmds::{Endpoints, StatusArgs, status_error};
 
 #[derive(Subcommand, Debug)]
 pub enum PluginCommand {
@@ -44,23 +44,13 @@ pub struct CheckArgs {
 
 fn humantime_secs(s: &str) -> Result<Duration, String> {
     let n = s.strip_suffix('s').unwrap_or(s);
-    n.parse::<u64>().map(Duration::from_secs).map_err(|_| format!("expected seconds such as 10s, got {s:?}"))
+    n.parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("expected seconds such as 10s, got {s:?}"))
 }
 
-fn uri(endpoint: &str) -> String {
-    if endpoint.contains("://") { endpoint.to_string() } else { format!("http://{endpoint}") }
-}
-
-/// A plugins client of the first endpoint that answers.
-async fn plugins(endpoints: &Endpoints) -> anyhow::Result<PluginsClient<Channel>> {
-    let mut last = None;
-    for e in &endpoints.endpoints {
-        match PluginsClient::connect(uri(e)).await {
-            Ok(c) => return Ok(c.max_encoding_message_size(64 << 20)),
-            Err(err) => last = Some(format!("{e}: {err}")),
-        }
-    }
-    bail!("cannot reach any endpoint ({})", last.unwrap_or_default())
+fn plugins(channel: Channel) -> PluginsClient<Channel> {
+    PluginsClient::new(channel).max_encoding_message_size(64 << 20)
 }
 
 pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
@@ -72,47 +62,101 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
 }
 
 async fn deploy(a: DeployArgs) -> anyhow::Result<()> {
-    let wasm = std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
-    eprintln!("deploying {} ({} bytes); every replica validates and compiles it…", a.file.display(), wasm.len());
+    let wasm =
+        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    eprintln!(
+        "deploying {} ({} bytes); every replica validates and compiles it…",
+        a.file.display(),
+        wasm.len()
+    );
     let started = Instant::now();
-    let r = plugins(&a.endpoints).await?.deploy(DeployRequest { wasm }).await.map_err(status_error)?.into_inner();
+    let r = a
+        .endpoints
+        .on_leader(|c| {
+            let wasm = wasm.clone();
+            async move { plugins(c).deploy(DeployRequest { wasm }).await }
+        })
+        .await?;
     let p = r.plugin.unwrap_or_default();
-    println!("deployed {} {} (sha256 {}) at index {} in {:.1?}", p.name, p.version, p.sha256, r.deployed_at, started.elapsed());
+    println!(
+        "deployed {} {} (sha256 {}) at index {} in {:.1?}",
+        p.name,
+        p.version,
+        p.sha256,
+        r.deployed_at,
+        started.elapsed()
+    );
     Ok(())
 }
 
 async fn info(a: StatusArgs) -> anyhow::Result<()> {
-    let r = plugins(&a.endpoints).await?.info(PluginInfoRequest {}).await.map_err(status_error)?.into_inner();
+    let (_, channel) = a.endpoints.channels().await?.remove(0);
+    let r = plugins(channel)
+        .info(PluginInfoRequest {})
+        .await
+        .map_err(status_error)?
+        .into_inner();
     let p = r.plugin.unwrap_or_default();
     println!("name:        {}", p.name);
     println!("version:     {}", p.version);
-    println!("sdk:         {}", if p.sdk_version.is_empty() { "-" } else { &p.sdk_version });
+    println!(
+        "sdk:         {}",
+        if p.sdk_version.is_empty() {
+            "-"
+        } else {
+            &p.sdk_version
+        }
+    );
     println!("sha256:      {}", p.sha256);
     if r.deployed_at == 0 {
         println!("deployed at: - (the plugin the node was started with)");
     } else {
         println!("deployed at: index {}", r.deployed_at);
     }
-    println!("migrate:     {}", if r.migrates { "exported" } else { "no" });
-    println!("wasi:        {}", if r.wasi { "deterministic WASI linked" } else { "none" });
+    println!(
+        "migrate:     {}",
+        if r.migrates { "exported" } else { "no" }
+    );
+    println!(
+        "wasi:        {}",
+        if r.wasi {
+            "deterministic WASI linked"
+        } else {
+            "none"
+        }
+    );
     Ok(())
 }
 
 /// Asks every replica to hash its keyspace at one index, then reads each
 /// endpoint's hash and says which nodes disagree.
 pub async fn check(a: CheckArgs) -> anyhow::Result<()> {
-    let index = plugins(&a.endpoints).await?.check_hashes(CheckHashesRequest {}).await.map_err(status_error)?.into_inner().index;
+    let index = a
+        .endpoints
+        .on_leader(|c| async move { plugins(c).check_hashes(CheckHashesRequest {}).await })
+        .await?
+        .index;
+    let tls = a.endpoints.tls()?;
     println!("hash check at index {index}");
     let deadline = Instant::now() + a.timeout;
     let mut rows = Vec::new();
     for e in &a.endpoints.endpoints {
         let row = loop {
-            let status = match ClientClient::connect(uri(e)).await {
-                Ok(mut c) => c.status(StatusRequest {}).await.map(|r| r.into_inner()).map_err(|s| s.message().to_string()),
-                Err(err) => Err(err.to_string()),
+            let status = match wasmraft_client::endpoint(e, tls.as_ref())?.connect().await {
+                Ok(c) => ClientClient::new(c)
+                    .status(StatusRequest {})
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|s| s.message().to_string()),
+                Err(err) => Err(wasmraft_client::error_chain(&err)),
             };
             match status {
-                Ok(s) if s.hash_index >= index && (s.hash_index > index || !s.hash_vs_leader.is_empty()) => break Ok(s),
+                Ok(s)
+                    if s.hash_index >= index
+                        && (s.hash_index > index || !s.hash_vs_leader.is_empty()) =>
+                {
+                    break Ok(s);
+                }
                 Ok(s) if Instant::now() >= deadline => break Ok(s),
                 Err(err) if Instant::now() >= deadline => break Err(err),
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -126,12 +170,19 @@ pub async fn check(a: CheckArgs) -> anyhow::Result<()> {
         match row {
             Ok(s) if s.hash_index == index => {
                 by_hash.entry(s.hash_sha256.clone()).or_default().push(s.id);
-                let verdict = if s.hash_vs_leader.is_empty() { "leader's hash not applied yet" } else { &s.hash_vs_leader };
+                let verdict = if s.hash_vs_leader.is_empty() {
+                    "leader's hash not applied yet"
+                } else {
+                    &s.hash_vs_leader
+                };
                 println!("node {} ({endpoint}): {} {verdict}", s.id, s.hash_sha256);
                 bad += usize::from(s.hash_vs_leader == "mismatch");
             }
             Ok(s) => {
-                println!("node {} ({endpoint}): no hash at index {index} yet (latest at {})", s.id, s.hash_index);
+                println!(
+                    "node {} ({endpoint}): no hash at index {index} yet (latest at {})",
+                    s.id, s.hash_index
+                );
                 bad += 1;
             }
             Err(err) => {
@@ -154,8 +205,4 @@ pub async fn check(a: CheckArgs) -> anyhow::Result<()> {
     }
     println!("all {} node(s) agree", rows.len());
     Ok(())
-}
-
-fn status_error(s: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{}", s.message())
 }

@@ -16,6 +16,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_wasmraft");
 struct DevNode {
     child: Child,
     endpoint: String,
+    /// The nodes' peer (Raft) addresses, comma-separated.
+    peers: String,
 }
 
 impl DevNode {
@@ -28,16 +30,20 @@ impl DevNode {
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let deadline = Instant::now() + Duration::from_secs(60);
-        let endpoint = loop {
+        let mut endpoint = String::new();
+        let peers = loop {
             assert!(Instant::now() < deadline, "wasmraft dev did not become ready");
             let line = lines.next().expect("wasmraft dev exited before it was ready").unwrap();
             if let Some(addrs) = line.trim().strip_prefix("endpoints:") {
+                endpoint = addrs.trim().to_string();
+            }
+            if let Some(addrs) = line.trim().strip_prefix("peers:") {
                 break addrs.trim().to_string();
             }
         };
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        DevNode { child, endpoint }
+        DevNode { child, endpoint, peers }
     }
 
     fn kill9(mut self) {
@@ -281,15 +287,19 @@ fn watch_prints_changes_under_a_prefix() {
 fn a_node_joins_as_learner_is_promoted_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = DevNode::start(dir.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut peers: String = cluster.endpoint.split(',').enumerate().map(|(i, a)| format!("{} = \"{a}\"\n", i + 1)).collect();
-    peers.push_str(&format!("4 = \"{addr}\"\n"));
+    let free: Vec<std::net::TcpListener> = (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let (addr, peer_addr) = (free[0].local_addr().unwrap().to_string(), free[1].local_addr().unwrap().to_string());
+    drop(free);
+    let mut peers: String = cluster.peers.split(',').enumerate().map(|(i, a)| format!("{} = \"{a}\"\n", i + 1)).collect();
+    peers.push_str(&format!("4 = \"{peer_addr}\"\n"));
     let config = dir.path().join("node4.toml");
     let data = dir.path().join("node-4-data");
     std::fs::write(
         &config,
-        format!("id = 4\ndata_dir = \"{}\"\nlisten = \"{addr}\"\njoin = true\n[raft]\ntick_ms = 50\n[peers]\n{peers}", data.display()),
+        format!(
+            "id = 4\ndata_dir = \"{}\"\nlisten = \"{addr}\"\npeer_listen = \"{peer_addr}\"\njoin = true\n[raft]\ntick_ms = 50\n[peers]\n{peers}",
+            data.display()
+        ),
     )
     .unwrap();
     let fourth = KillOnDrop(Command::new(BIN).args(["run", "--config"]).arg(&config).stderr(Stdio::null()).spawn().unwrap());
@@ -316,7 +326,7 @@ fn a_node_joins_as_learner_is_promoted_and_removed() {
         })
     };
 
-    assert_eq!(stdout(&cluster.cli(&["member", "add-learner", "4", &addr])), "node 4 added as a learner\n");
+    assert_eq!(stdout(&cluster.cli(&["member", "add-learner", "4", &peer_addr])), "node 4 added as a learner\n");
     let members = |c: &DevNode| stdout(&c.cli(&["members"]));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -66,7 +66,7 @@ impl Node {
         std::fs::write(
             &config,
             format!(
-                "id = 1\ndata_dir = '{}'\nlisten = \"{endpoint}\"\nplugin = '{}'\n[raft]\ntick_ms = 20\n",
+                "id = 1\ndata_dir = '{}'\nlisten = \"{endpoint}\"\npeer_listen = \"127.0.0.1:0\"\nplugin = '{}'\n[raft]\ntick_ms = 20\n",
                 dir.join("data").display(),
                 plugin.display()
             ),

@@ -6,8 +6,9 @@ use wasmraft_proto::v1::admin_server::Admin;
 use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient;
 use wasmraft_proto::v1::membership_changes_server::MembershipChanges;
 use wasmraft_proto::v1::{
-    AddLearnerRequest, CutOffRequest, CutOffResponse, InjectDivergentWriteRequest, InjectDivergentWriteResponse, Member, MemberRequest, MembersRequest, MembersResponse, MembershipResponse,
-    TransferLeaderRequest, TransferLeaderResponse,
+    AddLearnerRequest, CutOffRequest, CutOffResponse, InjectDivergentWriteRequest,
+    InjectDivergentWriteResponse, Member, MemberRequest, MembersRequest, MembersResponse,
+    MembershipResponse, TransferLeaderRequest, TransferLeaderResponse,
 };
 
 use crate::faults::Faults;
@@ -30,54 +31,69 @@ pub struct AdminService {
 impl AdminService {
     /// Serves `node`; `addresses` resolves member ids to addresses.
     pub fn new(node: Node, addresses: Forwarder, faults: Faults) -> Self {
-        Self { node, addresses, faults }
+        Self {
+            node,
+            addresses,
+            faults,
+        }
     }
 
-    /// The leader's membership client, when this node is not the leader.
-    async fn leader(&self, e: &wasmraft_node::Error) -> Option<Result<MembershipChangesClient<Channel>, Status>> {
-        let wasmraft_node::Error::NotLeader { leader: Some(l) } = e else { return None };
-        if l.0 == self.node.id() {
-            return None;
-        }
-        let addr = self.addresses.address(l.0)?;
-        let uri = if addr.contains("://") { addr } else { format!("http://{addr}") };
-        Some(MembershipChangesClient::connect(uri).await.map_err(|e| Status::unavailable(e.to_string())))
+    /// The leader's membership client, when this node is not the leader
+    /// and admin requests may be forwarded.
+    fn leader(&self, e: &wasmraft_node::Error) -> Option<MembershipChangesClient<Channel>> {
+        self.addresses
+            .admin_leader(e)
+            .map(MembershipChangesClient::new)
     }
 }
 
 #[tonic::async_trait]
 impl MembershipChanges for AdminService {
-    async fn add_learner(&self, r: Request<AddLearnerRequest>) -> Result<Response<MembershipResponse>, Status> {
+    async fn add_learner(
+        &self,
+        r: Request<AddLearnerRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        self.addresses.admins().require(&r, "a membership change")?;
         let r = r.into_inner();
         if r.id == 0 || r.address.is_empty() {
-            return Err(Status::invalid_argument("a learner needs a non-zero id and an address"));
+            return Err(Status::invalid_argument(
+                "a learner needs a non-zero id and an address",
+            ));
         }
         match self.node.add_learner(r.id, &r.address).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
-            Err(e) => match self.leader(&e).await {
-                Some(client) => client?.add_learner(r).await,
+            Err(e) => match self.leader(&e) {
+                Some(mut client) => client.add_learner(r).await,
                 None => Err(to_status(e)),
             },
         }
     }
 
-    async fn promote(&self, r: Request<MemberRequest>) -> Result<Response<MembershipResponse>, Status> {
+    async fn promote(
+        &self,
+        r: Request<MemberRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        self.addresses.admins().require(&r, "a membership change")?;
         let r = r.into_inner();
         match self.node.promote(r.id).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
-            Err(e) => match self.leader(&e).await {
-                Some(client) => client?.promote(r).await,
+            Err(e) => match self.leader(&e) {
+                Some(mut client) => client.promote(r).await,
                 None => Err(to_status(e)),
             },
         }
     }
 
-    async fn remove(&self, r: Request<MemberRequest>) -> Result<Response<MembershipResponse>, Status> {
+    async fn remove(
+        &self,
+        r: Request<MemberRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        self.addresses.admins().require(&r, "a membership change")?;
         let r = r.into_inner();
         match self.node.remove_member(r.id).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
-            Err(e) => match self.leader(&e).await {
-                Some(client) => client?.remove(r).await,
+            Err(e) => match self.leader(&e) {
+                Some(mut client) => client.remove(r).await,
                 None => Err(to_status(e)),
             },
         }
@@ -87,9 +103,12 @@ impl MembershipChanges for AdminService {
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn cut_off(&self, r: Request<CutOffRequest>) -> Result<Response<CutOffResponse>, Status> {
+        self.addresses.admins().require(&r, "fault injection")?;
         let peers = r.into_inner().peers;
         tracing::warn!(?peers, "fault injection: cutting this node off from peers");
-        self.faults.cut_off(peers).map_err(Status::failed_precondition)?;
+        self.faults
+            .cut_off(peers)
+            .map_err(Status::failed_precondition)?;
         Ok(Response::new(CutOffResponse {}))
     }
 
@@ -97,14 +116,22 @@ impl Admin for AdminService {
         &self,
         r: Request<InjectDivergentWriteRequest>,
     ) -> Result<Response<InjectDivergentWriteResponse>, Status> {
+        self.addresses.admins().require(&r, "fault injection")?;
         let r = r.into_inner();
-        self.faults.check_enabled().map_err(Status::failed_precondition)?;
+        self.faults
+            .check_enabled()
+            .map_err(Status::failed_precondition)?;
         tracing::warn!(key = ?String::from_utf8_lossy(&r.key), "fault injection: writing the keyspace behind Raft's back");
-        self.node.inject_divergent_write(&r.key, &r.value).map_err(to_status)?;
+        self.node
+            .inject_divergent_write(&r.key, &r.value)
+            .map_err(to_status)?;
         Ok(Response::new(InjectDivergentWriteResponse {}))
     }
 
-    async fn members(&self, r: Request<MembersRequest>) -> Result<Response<MembersResponse>, Status> {
+    async fn members(
+        &self,
+        r: Request<MembersRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
         let m = self.node.members().await.map_err(to_status)?;
         // Only the leader knows each member's progress: ask it, if it is
         // another node this one can reach.
@@ -112,43 +139,67 @@ impl Admin for AdminService {
         // must not bounce the request between them.
         let forwarded = r.metadata().contains_key(FORWARDED);
         if let Some(leader) = m.leader.filter(|l| l.0 != self.node.id() && !forwarded) {
-            if let Some(addr) = self.addresses.address(leader.0) {
-                let uri = if addr.contains("://") { addr } else { format!("http://{addr}") };
-                if let Ok(mut client) = AdminClient::connect(uri).await {
-                    let mut request = Request::new(r.into_inner());
-                    request.metadata_mut().insert(FORWARDED, "1".parse().expect("ascii"));
-                    if let Ok(answer) = client.members(request).await {
-                        return Ok(answer);
-                    }
+            if let Some(channel) = self.addresses.channel(leader.0) {
+                let mut client = AdminClient::new(channel);
+                let mut request = Request::new(r.into_inner());
+                request
+                    .metadata_mut()
+                    .insert(FORWARDED, "1".parse().expect("ascii"));
+                let asked = tokio::time::timeout(
+                    std::time::Duration::from_secs(2),
+                    client.members(request),
+                )
+                .await;
+                if let Ok(Ok(answer)) = asked {
+                    return Ok(answer);
                 }
             }
         }
         let member = |id: &wasmraft_raft::NodeId, role: &str| Member {
             id: id.0,
             role: role.to_string(),
-            address: self.addresses.address(id.0).unwrap_or_default(),
+            address: self.addresses.peer_address(id.0).unwrap_or_default(),
             matched: m.matched.get(id).copied().unwrap_or_default(),
+            client_address: self.addresses.client_address(id.0).unwrap_or_default(),
         };
-        let mut members: Vec<Member> = m.membership.voters.iter().map(|id| member(id, "voter")).collect();
-        members.extend(m.membership.voters_outgoing.iter().filter(|id| !m.membership.voters.contains(id)).map(|id| member(id, "outgoing-voter")));
+        let mut members: Vec<Member> = m
+            .membership
+            .voters
+            .iter()
+            .map(|id| member(id, "voter"))
+            .collect();
+        members.extend(
+            m.membership
+                .voters_outgoing
+                .iter()
+                .filter(|id| !m.membership.voters.contains(id))
+                .map(|id| member(id, "outgoing-voter")),
+        );
         members.extend(m.membership.learners.iter().map(|id| member(id, "learner")));
-        Ok(Response::new(MembersResponse { members, leader_id: m.leader.map_or(0, |l| l.0) }))
+        Ok(Response::new(MembersResponse {
+            members,
+            leader_id: m.leader.map_or(0, |l| l.0),
+        }))
     }
 
     async fn transfer_leader(
         &self,
         request: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderResponse>, Status> {
+        self.addresses
+            .admins()
+            .require(&request, "a leader transfer")?;
         let to = request.into_inner().to;
         match self.node.transfer_leader(to).await {
             Ok(()) => Ok(Response::new(TransferLeaderResponse {})),
-            Err(wasmraft_node::Error::NotLeader { leader: Some(l) }) if l.0 != self.node.id() => {
-                let addr = self.addresses.address(l.0).ok_or_else(|| Status::unavailable("the leader's address is unknown"))?;
-                let uri = if addr.contains("://") { addr.clone() } else { format!("http://{addr}") };
-                let mut client = AdminClient::connect(uri).await.map_err(|e| Status::unavailable(e.to_string()))?;
-                client.transfer_leader(TransferLeaderRequest { to }).await
-            }
-            Err(e) => Err(to_status(e)),
+            Err(e) => match self.addresses.admin_leader(&e) {
+                Some(channel) => {
+                    AdminClient::new(channel)
+                        .transfer_leader(TransferLeaderRequest { to })
+                        .await
+                }
+                None => Err(to_status(e)),
+            },
         }
     }
 }

@@ -1,11 +1,11 @@
+use std::pin::Pin;
 use tonic::{Request, Response, Status};
 use wasmraft_node::{Consistency as NodeConsistency, Node, Role};
-use std::pin::Pin;
 
 use tokio_stream::Stream;
 use wasmraft_proto::v1::{
-    Consistency, PluginInfo, ProposeRequest, ProposeResponse, QueryRequest, QueryResponse, StatusRequest,
-    StatusResponse, WatchEvent, WatchRequest, client_server::Client,
+    Consistency, PluginInfo, ProposeRequest, ProposeResponse, QueryRequest, QueryResponse,
+    StatusRequest, StatusResponse, WatchEvent, WatchRequest, client_server::Client,
 };
 
 use crate::forward::Forwarder;
@@ -49,15 +49,22 @@ impl Client for ClientService {
             loop {
                 match events.recv().await {
                     Ok(ev) if ev.key.starts_with(&prefix) => {
-                        let item = WatchEvent { index: ev.index, key: ev.key.clone(), payload: ev.payload.clone() };
+                        let item = WatchEvent {
+                            index: ev.index,
+                            key: ev.key.clone(),
+                            payload: ev.payload.clone(),
+                        };
                         if tx.send(Ok(item)).await.is_err() {
                             return; // the watcher went away
                         }
                     }
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        let mut status = Status::resource_exhausted(format!("watcher fell {n} events behind"));
-                        status.metadata_mut().insert(wasmraft_proto::ERROR_KEY, "lagged".parse().expect("ascii"));
+                        let mut status =
+                            Status::resource_exhausted(format!("watcher fell {n} events behind"));
+                        status
+                            .metadata_mut()
+                            .insert(wasmraft_proto::ERROR_KEY, "lagged".parse().expect("ascii"));
                         let _ = tx.send(Err(status)).await;
                         return;
                     }
@@ -68,33 +75,60 @@ impl Client for ClientService {
         Ok(Response::new(stream))
     }
 
-    async fn propose(&self, request: Request<ProposeRequest>) -> Result<Response<ProposeResponse>, Status> {
+    async fn propose(
+        &self,
+        request: Request<ProposeRequest>,
+    ) -> Result<Response<ProposeResponse>, Status> {
         let r = request.into_inner();
-        match self.node.propose_as(r.command.clone(), r.client_id, r.sequence).await {
-            Ok(applied) => Ok(Response::new(ProposeResponse { result: applied.response, index: applied.index })),
-            Err(wasmraft_node::Error::NotLeader { leader: Some(leader) }) if leader.0 != self.node.id() => {
-                match self.forwarder.client(leader.0) {
-                    Some(mut client) => client.propose(r).await,
-                    None => Err(to_status(wasmraft_node::Error::NotLeader { leader: Some(leader) })),
-                }
-            }
+        match self
+            .node
+            .propose_as(r.command.clone(), r.client_id, r.sequence)
+            .await
+        {
+            Ok(applied) => Ok(Response::new(ProposeResponse {
+                result: applied.response,
+                index: applied.index,
+            })),
+            Err(wasmraft_node::Error::NotLeader {
+                leader: Some(leader),
+            }) if leader.0 != self.node.id() => match self.forwarder.client(leader.0) {
+                Some(mut client) => client.propose(r).await,
+                None => Err(to_status(wasmraft_node::Error::NotLeader {
+                    leader: Some(leader),
+                })),
+            },
             Err(e) => Err(to_status(e)),
         }
     }
 
-    async fn query(&self, request: Request<QueryRequest>) -> Result<Response<QueryResponse>, Status> {
+    async fn query(
+        &self,
+        request: Request<QueryRequest>,
+    ) -> Result<Response<QueryResponse>, Status> {
         let r = request.into_inner();
         let consistency = match Consistency::try_from(r.consistency) {
             Ok(Consistency::Linearizable) => NodeConsistency::Linearizable,
             Ok(Consistency::Lease) => NodeConsistency::Lease,
             Ok(Consistency::Eventual) => NodeConsistency::Eventual,
-            Err(_) => return Err(Status::invalid_argument(format!("unknown consistency {}", r.consistency))),
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown consistency {}",
+                    r.consistency
+                )));
+            }
         };
-        let result = self.node.query(r.request, consistency).await.map_err(to_status)?;
+        let result = self
+            .node
+            .query(r.request, consistency)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(QueryResponse { result }))
     }
 
-    async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
         let s = self.node.status();
         Ok(Response::new(StatusResponse {
             id: s.id,
@@ -113,7 +147,11 @@ impl Client for ClientService {
             fatal: s.fatal.unwrap_or_default(),
             plugin_deployed_at: s.deployed_at,
             hash_index: s.hash_check.as_ref().map_or(0, |c| c.index),
-            hash_sha256: s.hash_check.as_ref().map(|c| c.sha256.clone()).unwrap_or_default(),
+            hash_sha256: s
+                .hash_check
+                .as_ref()
+                .map(|c| c.sha256.clone())
+                .unwrap_or_default(),
             hash_vs_leader: match s.hash_check.as_ref().and_then(|c| c.matches_leader) {
                 Some(true) => "match".into(),
                 Some(false) => "mismatch".into(),
@@ -121,6 +159,14 @@ impl Client for ClientService {
             },
             divergence: s.divergence.unwrap_or_default(),
             divergences: s.divergences,
+            cluster_id: self
+                .node
+                .cluster_id()
+                .map(wasmraft_node::format_cluster_id)
+                .unwrap_or_default(),
+            removed: s.removed,
+            peer_address: self.forwarder.peer_address(s.id).unwrap_or_default(),
+            client_address: self.forwarder.client_address(s.id).unwrap_or_default(),
         }))
     }
 }

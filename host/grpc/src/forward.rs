@@ -1,48 +1,118 @@
-//! A follower forwards client proposals to the leader it knows of, so that
+//! A follower forwards client requests to the leader it knows of, so that
 //! clients (etcd's among them) may call any node.
+//!
+//! Requests go to the leader's client port, at the address the leader
+//! advertised over its peer streams, over TLS with this node's own
+//! certificate when TLS is on. Admin requests are forwarded only when
+//! identities are not checked: otherwise the leader could not tell the
+//! admin who called from the node that forwarded, so the follower answers
+//! "not the leader" and the client goes to the leader itself.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use wasmraft_node::{Error, Node};
 use wasmraft_proto::v1::client_client::ClientClient;
 
-/// Cached connections to the other nodes' client APIs.
+use crate::auth::Admins;
+use crate::peer::PeerBook;
+
+/// Member addresses and cached connections to the other nodes' client APIs.
 #[derive(Clone, Debug)]
 pub struct Forwarder {
-    node: wasmraft_node::Node,
-    addresses: Arc<BTreeMap<u64, String>>,
-    clients: Arc<Mutex<HashMap<u64, ClientClient<Channel>>>>,
+    node: Node,
+    /// Peer addresses from the configuration.
+    configured: Arc<BTreeMap<u64, String>>,
+    book: Arc<PeerBook>,
+    tls: Option<ClientTlsConfig>,
+    admins: Admins,
+    channels: Arc<Mutex<HashMap<u64, (String, Channel)>>>,
 }
 
 impl Forwarder {
-    /// Forwards to the nodes at `addresses` (id -> `host:port`), and to
-    /// members whose address `node` learned from the log.
-    pub fn new(node: wasmraft_node::Node, addresses: BTreeMap<u64, String>) -> Self {
-        Self { node, addresses: Arc::new(addresses), clients: Arc::default() }
-    }
-
-    /// The address of member `id`, from the log or the configuration.
-    pub fn address(&self, id: u64) -> Option<String> {
-        self.node.addresses().get(&id).cloned().or_else(|| self.addresses.get(&id).cloned())
-    }
-
-    /// A client of node `id`'s API, if its address is known.
-    pub fn client(&self, id: u64) -> Option<ClientClient<Channel>> {
-        if let Some(c) = self.clients.lock().get(&id) {
-            return Some(c.clone());
+    /// Forwards for `node`; `configured` maps members to peer addresses
+    /// from the configuration (the log's addresses win), `book` holds the
+    /// client addresses peers advertise.
+    pub fn new(
+        node: Node,
+        configured: BTreeMap<u64, String>,
+        book: Arc<PeerBook>,
+        tls: Option<ClientTlsConfig>,
+        admins: Admins,
+    ) -> Self {
+        Self {
+            node,
+            configured: Arc::new(configured),
+            book,
+            tls,
+            admins,
+            channels: Arc::default(),
         }
-        let addr = self.address(id)?;
-        let uri = if addr.contains("://") { addr.clone() } else { format!("http://{addr}") };
-        let channel = Endpoint::from_shared(uri)
+    }
+
+    /// The admin policy of this node.
+    pub fn admins(&self) -> &Admins {
+        &self.admins
+    }
+
+    /// The peer (Raft) address of member `id`, from the log or the
+    /// configuration.
+    pub fn peer_address(&self, id: u64) -> Option<String> {
+        if id == self.node.id() {
+            return Some(self.book.own_peer_address.read().clone());
+        }
+        self.node
+            .addresses()
+            .get(&id)
+            .cloned()
+            .or_else(|| self.configured.get(&id).cloned())
+    }
+
+    /// The client address member `id` advertised, if it did.
+    pub fn client_address(&self, id: u64) -> Option<String> {
+        if id == self.node.id() {
+            return Some(self.book.own_client_address.read().clone());
+        }
+        self.book.client_addresses.read().get(&id).cloned()
+    }
+
+    /// A channel to node `id`'s client port, if its address is known.
+    pub fn channel(&self, id: u64) -> Option<Channel> {
+        let addr = self.client_address(id)?;
+        if let Some((cached, channel)) = self.channels.lock().get(&id) {
+            if *cached == addr {
+                return Some(channel.clone());
+            }
+        }
+        let mut endpoint = Endpoint::from_shared(crate::tls::uri(&addr, self.tls.is_some()))
             .ok()?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .connect_lazy();
-        let client = ClientClient::new(channel).max_decoding_message_size(64 << 20);
-        self.clients.lock().insert(id, client.clone());
-        Some(client)
+            .connect_timeout(std::time::Duration::from_secs(1))
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).ok()?;
+        }
+        let channel = endpoint.connect_lazy();
+        self.channels.lock().insert(id, (addr, channel.clone()));
+        Some(channel)
+    }
+
+    /// A client of node `id`'s client API, if its address is known.
+    pub fn client(&self, id: u64) -> Option<ClientClient<Channel>> {
+        Some(ClientClient::new(self.channel(id)?).max_decoding_message_size(64 << 20))
+    }
+
+    /// Where to forward an admin request that failed with `e`: the
+    /// leader's channel, if `e` names another node as leader and admin
+    /// requests may be forwarded at all.
+    pub fn admin_leader(&self, e: &Error) -> Option<Channel> {
+        let Error::NotLeader { leader: Some(l) } = e else {
+            return None;
+        };
+        if l.0 == self.node.id() || self.admins.checked() {
+            return None;
+        }
+        self.channel(l.0)
     }
 }

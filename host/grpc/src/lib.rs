@@ -4,61 +4,141 @@
 #![deny(missing_docs)]
 
 mod admin_service;
+pub mod auth;
 mod client_service;
 mod faults;
 mod forward;
 mod metrics;
+pub mod peer;
 mod plugin_service;
 mod raft_service;
 mod status;
+pub mod tls;
 mod transport;
 
 pub use admin_service::AdminService;
+pub use auth::Admins;
 pub use client_service::ClientService;
 pub use faults::Faults;
 pub use forward::Forwarder;
 pub use metrics::serve_metrics;
+pub use peer::PeerBook;
 pub use plugin_service::PluginService;
 pub use raft_service::RaftService;
 pub use status::to_status;
+pub use tls::TlsSettings;
 pub use transport::GrpcTransport;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 use wasmraft_node::Node;
 use wasmraft_proto::v1::admin_server::AdminServer;
-use wasmraft_proto::v1::membership_changes_server::MembershipChangesServer;
 use wasmraft_proto::v1::client_server::ClientServer;
+use wasmraft_proto::v1::membership_changes_server::MembershipChangesServer;
 use wasmraft_proto::v1::plugins_server::PluginsServer;
 use wasmraft_proto::v1::raft_server::RaftServer;
 
-/// Serves the client and Raft APIs of `node` on a bound listener until
-/// `shutdown` resolves. `peers` maps the other nodes' ids to their
-/// addresses, for forwarding proposals to the leader.
-pub async fn serve_on(
-    node: Node,
-    peers: BTreeMap<u64, String>,
-    faults: Faults,
-    listener: tokio::net::TcpListener,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
-    // `Server::tcp_nodelay` does not apply to an incoming stream we supply:
-    // set it here, or Nagle's algorithm delays every small response ~40 ms.
-    let incoming_addr = listener.local_addr();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let mut addresses = peers.clone();
-    if let Ok(addr) = incoming_addr {
-        addresses.insert(node.id(), addr.to_string());
+/// What the servers of one node share.
+#[derive(Clone, Debug)]
+pub struct Serving {
+    /// The node served.
+    pub node: Node,
+    /// The other members' peer addresses from the configuration.
+    pub peers: BTreeMap<u64, String>,
+    /// Test-only fault injection.
+    pub faults: Faults,
+    /// Cluster identity and advertised addresses.
+    pub book: Arc<PeerBook>,
+    /// TLS on both listeners, if configured.
+    pub tls: Option<Arc<TlsSettings>>,
+}
+
+impl Serving {
+    /// The admin policy: identities are checked only with client
+    /// certificates.
+    pub fn admins(&self) -> Admins {
+        match &self.tls {
+            Some(t) if t.client_cert_auth => Admins::only(t.admins.iter().cloned()),
+            _ => Admins::open(),
+        }
     }
-    let admin = AdminService::new(node.clone(), Forwarder::new(node.clone(), addresses.clone()), faults.clone());
-    let plugins = PluginService::new(node.clone(), Forwarder::new(node.clone(), addresses));
-    let client = ClientService::new(node.clone(), Forwarder::new(node.clone(), peers));
-    tonic::transport::Server::builder()
+}
+
+/// Serves the client APIs on `client` and Raft traffic on `peer` until
+/// `shutdown` turns true. Nothing but Raft messages and snapshots is served
+/// on the peer port, and nothing of Raft on the client port.
+pub async fn serve(
+    serving: Serving,
+    client: TcpListener,
+    peer: TcpListener,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), tonic::transport::Error> {
+    let stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let forwarder = Forwarder::new(
+        serving.node.clone(),
+        serving.peers.clone(),
+        serving.book.clone(),
+        serving.tls.as_ref().map(|t| t.dialer()),
+        serving.admins(),
+    );
+    let admin = AdminService::new(
+        serving.node.clone(),
+        forwarder.clone(),
+        serving.faults.clone(),
+    );
+    let client_router = tonic::transport::Server::builder()
         .add_service(AdminServer::new(admin.clone()))
         .add_service(MembershipChangesServer::new(admin))
-        .add_service(PluginsServer::new(plugins).max_decoding_message_size(plugin_service::MAX_REQUEST_BYTES))
-        .add_service(ClientServer::new(client).max_decoding_message_size(4 << 20))
-        .add_service(RaftServer::new(RaftService::new(node, faults)).max_decoding_message_size(256 << 20))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .add_service(
+            PluginsServer::new(PluginService::new(serving.node.clone(), forwarder.clone()))
+                .max_decoding_message_size(plugin_service::MAX_REQUEST_BYTES),
+        )
+        .add_service(
+            ClientServer::new(ClientService::new(serving.node.clone(), forwarder))
+                .max_decoding_message_size(4 << 20),
+        );
+    let peer_router = tonic::transport::Server::builder().add_service(
+        RaftServer::new(RaftService::new(
+            serving.node.clone(),
+            serving.faults.clone(),
+            serving.book.clone(),
+        ))
+        .max_decoding_message_size(256 << 20),
+    );
+    match &serving.tls {
+        Some(tls) => {
+            // Checked at start (`TlsSettings::validate`): these cannot fail here.
+            let (client_tls, peer_tls) = (
+                tls.client_server().expect("validated"),
+                tls.peer_server().expect("validated"),
+            );
+            tokio::try_join!(
+                client_router.serve_with_incoming_shutdown(
+                    tls::incoming(client, client_tls, false),
+                    stop(shutdown.clone())
+                ),
+                peer_router.serve_with_incoming_shutdown(
+                    tls::incoming(peer, peer_tls, true),
+                    stop(shutdown)
+                ),
+            )?;
+        }
+        None => {
+            // `Server::tcp_nodelay` does not apply to an incoming stream we
+            // supply: set it here, or Nagle's algorithm delays every small
+            // response ~40 ms.
+            let nodelay =
+                |l| tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+            tokio::try_join!(
+                client_router.serve_with_incoming_shutdown(nodelay(client), stop(shutdown.clone())),
+                peer_router.serve_with_incoming_shutdown(nodelay(peer), stop(shutdown)),
+            )?;
+        }
+    }
+    Ok(())
 }

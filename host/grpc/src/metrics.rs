@@ -38,7 +38,9 @@ pub async fn serve_metrics(
             }
             let request = String::from_utf8_lossy(&buf[..read]);
             let path = request.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = if request.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+            let (status, body) = if request.starts_with("GET ")
+                && (path == "/metrics" || path.starts_with("/metrics?"))
+            {
                 ("200 OK", render(&nodes))
             } else {
                 ("404 Not Found", "try GET /metrics\n".to_string())
@@ -58,44 +60,121 @@ pub async fn serve_metrics(
 pub fn render(nodes: &[Node]) -> String {
     let statuses: Vec<_> = nodes.iter().map(Node::status).collect();
     let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, value: &dyn Fn(&wasmraft_node::NodeStatus) -> (String, u64)| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for s in &statuses {
-            let (extra, v) = value(s);
-            let _ = writeln!(out, "{name}{{node=\"{}\"{extra}}} {v}", s.id);
-        }
-    };
-    family("wasmraft_term", "gauge", "Current Raft term.", &|s| (String::new(), s.term));
-    family("wasmraft_is_leader", "gauge", "1 if this node is the leader.", &|s| {
-        (String::new(), u64::from(s.role == Role::Leader))
+    let mut family =
+        |name: &str,
+         kind: &str,
+         help: &str,
+         value: &dyn Fn(&wasmraft_node::NodeStatus) -> (String, u64)| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for s in &statuses {
+                let (extra, v) = value(s);
+                let _ = writeln!(out, "{name}{{node=\"{}\"{extra}}} {v}", s.id);
+            }
+        };
+    family("wasmraft_term", "gauge", "Current Raft term.", &|s| {
+        (String::new(), s.term)
     });
-    family("wasmraft_commit_index", "gauge", "Highest log index known committed.", &|s| (String::new(), s.commit));
-    family("wasmraft_applied_index", "gauge", "Highest log index applied to the state machine.", &|s| {
-        (String::new(), s.applied)
-    });
-    family("wasmraft_last_log_index", "gauge", "Last index in the node's log.", &|s| (String::new(), s.last_index));
-    family("wasmraft_apply_stopped", "gauge", "1 if the node stopped applying on an unrecoverable failure.", &|s| {
-        (String::new(), u64::from(s.fatal.is_some()))
-    });
-    family("wasmraft_plugin_info", "gauge", "The running plugin (always 1; see the labels).", &|s| {
-        let p = &s.plugin;
-        (
-            format!(",name=\"{}\",version=\"{}\",sha256=\"{}\"", escape(&p.name), escape(&p.version), escape(&p.sha256)),
-            1,
-        )
-    });
-    family("wasmraft_plugin_deployed_at_index", "gauge", "Log index that deployed the running plugin (0: the configured one).", &|s| {
-        (String::new(), s.deployed_at)
-    });
-    family("wasmraft_keyspace_hash_checks_total", "counter", "Keyspace hashes taken for comparison with the leader's.", &|s| {
-        (String::new(), s.hash_checks)
-    });
-    family("wasmraft_keyspace_divergences_total", "counter", "Times this node's keyspace hash differed from the leader's.", &|s| {
-        (String::new(), s.divergences)
-    });
+    family(
+        "wasmraft_is_leader",
+        "gauge",
+        "1 if this node is the leader.",
+        &|s| (String::new(), u64::from(s.role == Role::Leader)),
+    );
+    family(
+        "wasmraft_commit_index",
+        "gauge",
+        "Highest log index known committed.",
+        &|s| (String::new(), s.commit),
+    );
+    family(
+        "wasmraft_applied_index",
+        "gauge",
+        "Highest log index applied to the state machine.",
+        &|s| (String::new(), s.applied),
+    );
+    family(
+        "wasmraft_last_log_index",
+        "gauge",
+        "Last index in the node's log.",
+        &|s| (String::new(), s.last_index),
+    );
+    family(
+        "wasmraft_apply_stopped",
+        "gauge",
+        "1 if the node stopped applying on an unrecoverable failure.",
+        &|s| (String::new(), u64::from(s.fatal.is_some())),
+    );
+    family(
+        "wasmraft_plugin_info",
+        "gauge",
+        "The running plugin (always 1; see the labels).",
+        &|s| {
+            let p = &s.plugin;
+            (
+                format!(
+                    ",name=\"{}\",version=\"{}\",sha256=\"{}\"",
+                    escape(&p.name),
+                    escape(&p.version),
+                    escape(&p.sha256)
+                ),
+                1,
+            )
+        },
+    );
+    family(
+        "wasmraft_plugin_deployed_at_index",
+        "gauge",
+        "Log index that deployed the running plugin (0: the configured one).",
+        &|s| (String::new(), s.deployed_at),
+    );
+    family(
+        "wasmraft_keyspace_hash_checks_total",
+        "counter",
+        "Keyspace hashes taken for comparison with the leader's.",
+        &|s| (String::new(), s.hash_checks),
+    );
+    family(
+        "wasmraft_keyspace_divergences_total",
+        "counter",
+        "Times this node's keyspace hash differed from the leader's.",
+        &|s| (String::new(), s.divergences),
+    );
+    family(
+        "wasmraft_removed",
+        "gauge",
+        "1 once this node learned it was removed from the cluster.",
+        &|s| (String::new(), u64::from(s.removed)),
+    );
+    // Process-wide: every node of a `wasmraft dev` process shares them.
+    let _ = writeln!(
+        out,
+        "# HELP wasmraft_peer_refused_total Peer streams and messages refused (another cluster, another node, a non-member, a stale snapshot).\n\
+         # TYPE wasmraft_peer_refused_total counter"
+    );
+    for (reason, n) in crate::peer::REFUSALS.counts() {
+        let _ = writeln!(
+            out,
+            "wasmraft_peer_refused_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP wasmraft_tls_handshake_failures_total TLS handshakes refused, by listener.\n\
+         # TYPE wasmraft_tls_handshake_failures_total counter"
+    );
+    let failures = &crate::tls::HANDSHAKE_FAILURES;
+    for (listener, n) in [("peer", &failures.peer), ("client", &failures.client)] {
+        let _ = writeln!(
+            out,
+            "wasmraft_tls_handshake_failures_total{{listener=\"{listener}\"}} {}",
+            n.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     out
 }
 
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -4,8 +4,8 @@ use wasmraft_node::{Error, MAX_PLUGIN_BYTES, Node};
 use wasmraft_proto::v1::plugins_client::PluginsClient;
 use wasmraft_proto::v1::plugins_server::Plugins;
 use wasmraft_proto::v1::{
-    CheckHashesRequest, CheckHashesResponse, DeployRequest, DeployResponse, PluginInfo, PluginInfoRequest,
-    PluginInfoResponse,
+    CheckHashesRequest, CheckHashesResponse, DeployRequest, DeployResponse, PluginInfo,
+    PluginInfoRequest, PluginInfoResponse,
 };
 
 use crate::forward::Forwarder;
@@ -28,41 +28,44 @@ impl PluginService {
         Self { node, addresses }
     }
 
-    /// The leader's client, when this node is not the leader.
-    async fn leader(&self, e: &Error) -> Option<Result<PluginsClient<Channel>, Status>> {
-        let Error::NotLeader { leader: Some(l) } = e else { return None };
-        if l.0 == self.node.id() {
-            return None;
-        }
-        let addr = self.addresses.address(l.0)?;
-        let uri = if addr.contains("://") { addr } else { format!("http://{addr}") };
-        Some(
-            PluginsClient::connect(uri)
-                .await
-                .map(|c| c.max_encoding_message_size(MAX_REQUEST_BYTES))
-                .map_err(|e| Status::unavailable(e.to_string())),
-        )
+    /// The leader's client, when this node is not the leader and admin
+    /// requests may be forwarded.
+    fn leader(&self, e: &Error) -> Option<PluginsClient<Channel>> {
+        let channel = self.addresses.admin_leader(e)?;
+        Some(PluginsClient::new(channel).max_encoding_message_size(MAX_REQUEST_BYTES))
     }
 }
 
 fn info(p: wasmraft_node::PluginInfo) -> PluginInfo {
-    PluginInfo { name: p.name, version: p.version, sdk_version: p.sdk_version, sha256: p.sha256 }
+    PluginInfo {
+        name: p.name,
+        version: p.version,
+        sdk_version: p.sdk_version,
+        sha256: p.sha256,
+    }
 }
 
 #[tonic::async_trait]
 impl Plugins for PluginService {
     async fn deploy(&self, r: Request<DeployRequest>) -> Result<Response<DeployResponse>, Status> {
+        self.addresses.admins().require(&r, "plugin deploy")?;
         let r = r.into_inner();
         match self.node.deploy_plugin(r.wasm.clone()).await {
-            Ok((plugin, deployed_at)) => Ok(Response::new(DeployResponse { plugin: Some(info(plugin)), deployed_at })),
-            Err(e) => match self.leader(&e).await {
-                Some(client) => client?.deploy(r).await,
+            Ok((plugin, deployed_at)) => Ok(Response::new(DeployResponse {
+                plugin: Some(info(plugin)),
+                deployed_at,
+            })),
+            Err(e) => match self.leader(&e) {
+                Some(mut client) => client.deploy(r).await,
                 None => Err(to_status(e)),
             },
         }
     }
 
-    async fn info(&self, _r: Request<PluginInfoRequest>) -> Result<Response<PluginInfoResponse>, Status> {
+    async fn info(
+        &self,
+        _r: Request<PluginInfoRequest>,
+    ) -> Result<Response<PluginInfoResponse>, Status> {
         let (plugin, deployed_at) = self.node.plugin();
         Ok(Response::new(PluginInfoResponse {
             migrates: plugin.migrates,
@@ -72,11 +75,15 @@ impl Plugins for PluginService {
         }))
     }
 
-    async fn check_hashes(&self, r: Request<CheckHashesRequest>) -> Result<Response<CheckHashesResponse>, Status> {
+    async fn check_hashes(
+        &self,
+        r: Request<CheckHashesRequest>,
+    ) -> Result<Response<CheckHashesResponse>, Status> {
+        self.addresses.admins().require(&r, "a hash check")?;
         match self.node.check_hashes().await {
             Ok(index) => Ok(Response::new(CheckHashesResponse { index })),
-            Err(e) => match self.leader(&e).await {
-                Some(client) => client?.check_hashes(r.into_inner()).await,
+            Err(e) => match self.leader(&e) {
+                Some(mut client) => client.check_hashes(r.into_inner()).await,
                 None => Err(to_status(e)),
             },
         }

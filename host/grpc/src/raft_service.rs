@@ -2,36 +2,62 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 use wasmraft_node::{Node, SnapshotData};
 
+use std::sync::Arc;
+
 use crate::faults::Faults;
-use wasmraft_raft::{Message, MessageBody, NodeId, Term};
+use crate::peer::{PeerBook, Refusal};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_server::Raft;
 use wasmraft_proto::v1::{InstallSnapshotResponse, RaftBatch, SendAck, SnapshotChunk};
+use wasmraft_raft::{Message, MessageBody, NodeId, Term};
 
-/// The `wasmraft.v1.Raft` service: peers stream Raft messages into the node.
+/// The `wasmraft.v1.Raft` service, served on the peer port only: peers
+/// stream Raft messages and snapshots into the node, after [`PeerBook`]
+/// checked the stream's cluster id, sender and target.
 #[derive(Clone, Debug)]
 pub struct RaftService {
     node: Node,
     faults: Faults,
+    book: Arc<PeerBook>,
 }
 
 impl RaftService {
     /// Serves `node`; `faults` may cut peers off (tests).
-    pub fn new(node: Node, faults: Faults) -> Self {
-        Self { node, faults }
+    pub fn new(node: Node, faults: Faults, book: Arc<PeerBook>) -> Self {
+        Self { node, faults, book }
     }
 }
 
 #[tonic::async_trait]
 impl Raft for RaftService {
-    async fn send(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<SendAck>, Status> {
+    async fn send(
+        &self,
+        request: Request<Streaming<RaftBatch>>,
+    ) -> Result<Response<SendAck>, Status> {
+        let cn = crate::auth::caller(&request);
+        let from = self
+            .book
+            .admit(&self.node, request.metadata(), cn.as_deref())?;
         let mut stream = request.into_inner();
         while let Some(batch) = stream.next().await {
+            // A member removed while its stream is open is cut off here.
+            self.book.check_member(&self.node, from)?;
             for m in batch?.messages {
                 match convert::from_message(m) {
-                    Ok(m) if self.faults.is_cut_off(m.from.0) => {}
-                    Ok(m) if m.to.0 == self.node.id() => self.node.step(m),
-                    Ok(m) => tracing::warn!(to = m.to.0, "message for another node; dropped"),
+                    Ok(m) if m.from.0 != from => {
+                        return Err(self.book.refuse(
+                            Refusal::BadSender,
+                            &format!("message from {} on node {from}'s stream", m.from.0),
+                        ));
+                    }
+                    Ok(m) if m.to.0 != self.node.id() => {
+                        return Err(self.book.refuse(
+                            Refusal::WrongTarget,
+                            &format!("message for node {}", m.to.0),
+                        ));
+                    }
+                    Ok(_) if self.faults.is_cut_off(from) => {}
+                    Ok(m) => self.node.step(m),
                     Err(e) => return Err(Status::invalid_argument(e.to_string())),
                 }
             }
@@ -43,6 +69,10 @@ impl Raft for RaftService {
         &self,
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<InstallSnapshotResponse>, Status> {
+        let cn = crate::auth::caller(&request);
+        let sender = self
+            .book
+            .admit(&self.node, request.metadata(), cn.as_deref())?;
         let mut stream = request.into_inner();
         let mut header = None;
         let mut data = SnapshotData::default();
@@ -50,15 +80,49 @@ impl Raft for RaftService {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
             if header.is_none() {
-                let meta = convert::from_snapshot_meta(chunk.meta).map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let meta = convert::from_snapshot_meta(chunk.meta)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                if chunk.from != sender {
+                    return Err(self.book.refuse(
+                        Refusal::BadSender,
+                        &format!("snapshot from {} on node {sender}'s stream", chunk.from),
+                    ));
+                }
+                // Refused before a byte is kept; the Raft loop checks again
+                // when the whole snapshot is in.
+                let st = self.node.status();
+                let from_leader = chunk.term == st.term && st.leader.map(|l| l.0) == Some(sender);
+                if from_leader && meta.last.index.0 <= st.commit {
+                    // The leader is behind on this follower's progress: it
+                    // already holds everything the snapshot covers.
+                    tracing::debug!(
+                        index = meta.last.index.0,
+                        commit = st.commit,
+                        "a snapshot not ahead of the commit index; not installed"
+                    );
+                    return Ok(Response::new(InstallSnapshotResponse { accepted: true }));
+                }
+                if !from_leader {
+                    return Err(self.book.refuse(
+                        Refusal::StaleSnapshot,
+                        &format!(
+                            "snapshot at {} from node {sender} in term {}; this node is in term {} with leader {:?} and commit {}",
+                            meta.last.index.0, chunk.term, st.term, st.leader.map(|l| l.0), st.commit
+                        ),
+                    ));
+                }
                 header = Some((meta, chunk.from, chunk.term));
             }
-            data.state.extend(chunk.pairs.into_iter().map(|p| (p.key, p.value)));
-            data.sessions.extend(chunk.sessions.into_iter().map(|p| (p.key, p.value)));
-            data.system.extend(chunk.system.into_iter().map(|p| (p.key, p.value)));
+            data.state
+                .extend(chunk.pairs.into_iter().map(|p| (p.key, p.value)));
+            data.sessions
+                .extend(chunk.sessions.into_iter().map(|p| (p.key, p.value)));
+            data.system
+                .extend(chunk.system.into_iter().map(|p| (p.key, p.value)));
             complete |= chunk.last;
         }
-        let (meta, from, term) = header.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        let (meta, from, term) =
+            header.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         if self.faults.is_cut_off(from) {
             return Err(Status::unavailable("partitioned (fault injection)"));
         }

@@ -14,6 +14,7 @@ pub fn to_status(e: Error) -> Status {
         Error::Timeout => (Code::DeadlineExceeded, "timeout"),
         Error::Stopped => (Code::Unavailable, "stopped"),
         Error::Fatal(_) => (Code::Internal, "fatal"),
+        Error::Removed => (Code::FailedPrecondition, "removed"),
     };
     let mut status = Status::new(code, e.to_string());
     let md = status.metadata_mut();

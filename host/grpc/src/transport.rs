@@ -1,7 +1,12 @@
 //! Raft messages between nodes: one long-lived gRPC stream per peer.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
+use tonic::Request;
+use tonic::transport::ClientTlsConfig;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -11,6 +16,8 @@ use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_client::RaftClient;
 use wasmraft_proto::v1::{KeyValuePair, RaftBatch, RaftMessage, SnapshotChunk};
 use wasmraft_raft::{Message, MessageBody, NodeId};
+
+use crate::peer::{LEADER_TERM, PeerBook, REFUSAL, Refusal};
 
 /// Messages queued for one peer before new ones are dropped (Raft resends).
 const QUEUE: usize = 16 * 1024;
@@ -32,27 +39,94 @@ pub struct GrpcTransport {
     peers: HashMap<NodeId, mpsc::Sender<RaftMessage>>,
     addresses: BTreeMap<u64, String>,
     runtime: tokio::runtime::Handle,
+    link: Link,
+    /// Removed members: never dialed again.
+    removed: std::collections::BTreeSet<u64>,
+}
+
+/// What every stream to a peer shares: identity metadata, TLS, and where
+/// a leader's "not a member" refusal is reported.
+#[derive(Clone, Debug)]
+struct Link {
+    self_id: u64,
+    book: Arc<PeerBook>,
+    tls: Option<ClientTlsConfig>,
+    refused: Arc<Mutex<Option<(u64, u64)>>>,
+}
+
+impl Link {
+    fn endpoint(&self, addr: &str) -> Result<Endpoint, tonic::transport::Error> {
+        let endpoint = Endpoint::from_shared(crate::tls::uri(addr, self.tls.is_some()))?
+            .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true);
+        match &self.tls {
+            Some(tls) => endpoint.tls_config(tls.clone()),
+            None => Ok(endpoint),
+        }
+    }
+
+    fn request<T>(&self, to: u64, body: T) -> Request<T> {
+        let mut request = Request::new(body);
+        *request.metadata_mut() = self.book.stream_metadata(self.self_id, to);
+        request
+    }
+
+    /// Notes a leader's refusal of this node as a non-member; whether the
+    /// peer refused this node's traffic at all.
+    fn note(&self, peer: u64, status: &tonic::Status) -> bool {
+        let refusal = status.metadata().get(REFUSAL).and_then(|v| v.to_str().ok());
+        if refusal == Some(Refusal::NotAMember.name()) {
+            if let Some(term) = status
+                .metadata()
+                .get(LEADER_TERM)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+            {
+                *self.refused.lock() = Some((peer, term));
+            }
+        }
+        if refusal.is_some() {
+            tracing::warn!(peer, error = %status.message(), "a peer refused this node's traffic");
+        }
+        refusal.is_some()
+    }
 }
 
 impl GrpcTransport {
-    /// Connects lazily to every peer in `peers` (id -> `host:port`) except
-    /// `self_id`, spawning on `runtime`.
+    /// Connects lazily to every peer in `peers` (id -> peer `host:port`)
+    /// except `self_id`, spawning on `runtime`. Streams carry the identity
+    /// in `book`, over TLS when `tls` is set.
     pub fn new(
         self_id: u64,
         peers: &BTreeMap<u64, String>,
         faults: crate::faults::Faults,
         runtime: &tokio::runtime::Handle,
+        book: Arc<PeerBook>,
+        tls: Option<ClientTlsConfig>,
     ) -> Self {
+        let link = Link {
+            self_id,
+            book,
+            tls,
+            refused: Arc::default(),
+        };
         let mut senders = HashMap::new();
         for (&id, addr) in peers {
             if id == self_id {
                 continue;
             }
             let (tx, rx) = mpsc::channel(QUEUE);
-            runtime.spawn(peer_task(id, addr.clone(), rx));
+            runtime.spawn(peer_task(id, addr.clone(), rx, link.clone()));
             senders.insert(NodeId(id), tx);
         }
-        Self { self_id, faults, peers: senders, addresses: peers.clone(), runtime: runtime.clone() }
+        Self {
+            self_id,
+            faults,
+            peers: senders,
+            addresses: peers.clone(),
+            runtime: runtime.clone(),
+            link,
+            removed: Default::default(),
+        }
     }
 }
 
@@ -74,15 +148,33 @@ impl Transport for GrpcTransport {
     }
 
     fn set_address(&mut self, id: u64, address: &str) {
-        if self.addresses.get(&id).map(String::as_str) == Some(address) || id == self.self_id {
+        if self.addresses.get(&id).map(String::as_str) == Some(address)
+            || id == self.self_id
+            || self.removed.contains(&id)
+        {
             return;
         }
         tracing::info!(peer = id, %address, "learned a member's address");
         self.addresses.insert(id, address.to_string());
         // A new task for the new address; the old one ends with its queue.
         let (tx, rx) = mpsc::channel(QUEUE);
-        self.runtime.spawn(peer_task(id, address.to_string(), rx));
+        self.runtime
+            .spawn(peer_task(id, address.to_string(), rx, self.link.clone()));
         self.peers.insert(NodeId(id), tx);
+    }
+
+    fn remove_peer(&mut self, id: u64) {
+        // Dropping a peer's queue ends its task: no more dialing a node
+        // that left (it learns so when it next calls, see `Link::note`).
+        if self.peers.remove(&NodeId(id)).is_some() {
+            tracing::info!(peer = id, "no longer a member; closing the link to it");
+        }
+        self.addresses.remove(&id);
+        self.removed.insert(id);
+    }
+
+    fn refused_as_non_member(&mut self) -> Option<(u64, u64)> {
+        self.link.refused.lock().take()
     }
 
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {
@@ -94,11 +186,14 @@ impl Transport for GrpcTransport {
             done(false);
             return;
         };
+        let link = self.link.clone();
         self.runtime.spawn(async move {
             let to = message.to.0;
             let result = async {
-                let data = tokio::task::spawn_blocking(load).await.map_err(|e| e.to_string())??;
-                stream_snapshot(&addr, message, data).await
+                let data = tokio::task::spawn_blocking(load)
+                    .await
+                    .map_err(|e| e.to_string())??;
+                stream_snapshot(&link, &addr, message, data).await
             }
             .await;
             if let Err(e) = &result {
@@ -111,18 +206,33 @@ impl Transport for GrpcTransport {
 
 /// Streams a snapshot in chunks of [`CHUNK_PAIRS`] pairs; the first chunk
 /// carries the metadata, the last one says so.
-async fn stream_snapshot(addr: &str, message: Message, data: SnapshotData) -> Result<(), String> {
+async fn stream_snapshot(
+    link: &Link,
+    addr: &str,
+    message: Message,
+    data: SnapshotData,
+) -> Result<(), String> {
     let MessageBody::InstallSnapshot { meta } = &message.body else {
         return Err("not an InstallSnapshot message".into());
     };
-    let uri = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
-    let channel = Endpoint::from_shared(uri).map_err(|e| e.to_string())?.connect().await.map_err(|e| e.to_string())?;
+    let channel = link
+        .endpoint(addr)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
     let mut client = RaftClient::new(channel).max_encoding_message_size(256 << 20);
-    let pair = |(k, v): &(Vec<u8>, Vec<u8>)| KeyValuePair { key: k.clone(), value: v.clone() };
+    let pair = |(k, v): &(Vec<u8>, Vec<u8>)| KeyValuePair {
+        key: k.clone(),
+        value: v.clone(),
+    };
     let mut chunks: Vec<SnapshotChunk> = data
         .state
         .chunks(CHUNK_PAIRS)
-        .map(|c| SnapshotChunk { pairs: c.iter().map(pair).collect(), ..Default::default() })
+        .map(|c| SnapshotChunk {
+            pairs: c.iter().map(pair).collect(),
+            ..Default::default()
+        })
         .collect();
     if chunks.is_empty() {
         chunks.push(SnapshotChunk::default());
@@ -134,19 +244,43 @@ async fn stream_snapshot(addr: &str, message: Message, data: SnapshotData) -> Re
     chunks[last].sessions = data.sessions.iter().map(pair).collect();
     chunks[last].system = data.system.iter().map(pair).collect();
     chunks[last].last = true;
-    let response = client.install_snapshot(tokio_stream::iter(chunks)).await.map_err(|e| e.to_string())?;
-    if response.into_inner().accepted { Ok(()) } else { Err("the follower refused the snapshot".into()) }
+    let to = message.to.0;
+    let response = client
+        .install_snapshot(link.request(to, tokio_stream::iter(chunks)))
+        .await
+        .map_err(|status| {
+            link.note(to, &status);
+            status.to_string()
+        })?;
+    if response.into_inner().accepted {
+        Ok(())
+    } else {
+        Err("the follower refused the snapshot".into())
+    }
 }
 
-async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>) {
-    let uri = if addr.contains("://") { addr.clone() } else { format!("http://{addr}") };
-    let endpoint = match Endpoint::from_shared(uri) {
-        Ok(e) => e.connect_timeout(Duration::from_secs(1)).tcp_nodelay(true),
+async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>, link: Link) {
+    let endpoint = match link.endpoint(&addr) {
+        Ok(e) => e,
         Err(e) => {
             tracing::error!(peer = id, %addr, error = %e, "invalid peer address");
             return;
         }
     };
+    // Streams carry the cluster id: a node that does not know it yet (a
+    // joining node before its cluster contacts it) has nothing to say.
+    while link
+        .book
+        .cluster_id
+        .load(std::sync::atomic::Ordering::Acquire)
+        == 0
+    {
+        if queue.is_closed() {
+            return;
+        }
+        while queue.try_recv().is_ok() {}
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut failures = 0u32;
     loop {
         let channel = match endpoint.connect().await {
@@ -188,8 +322,13 @@ async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>
         };
         tokio::select! {
             stopped = forward => if stopped { return },
-            result = client.send(ReceiverStream::new(stream)) => {
+            result = client.send(link.request(id, ReceiverStream::new(stream))) => {
                 if let Err(e) = result {
+                    if link.note(id, &e) {
+                        // Refused for who this node is: asking again at once
+                        // would not change the answer.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
                     tracing::debug!(peer = id, error = %e, "stream to peer ended");
                 }
             }

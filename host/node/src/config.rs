@@ -43,6 +43,11 @@ pub struct NodeConfig {
     /// Join an existing cluster (as a learner added through the admin API)
     /// instead of bootstrapping a new one when the data directory is empty.
     pub join: bool,
+    /// The cluster's id, carried by every Raft message. A bootstrapping
+    /// node fixes it in its data directory (0: a random one); a joining node
+    /// given 0 takes the id of the first peer that contacts it. Once fixed,
+    /// the stored id wins over this field.
+    pub cluster_id: u64,
 }
 
 impl Default for NodeConfig {
@@ -63,6 +68,7 @@ impl Default for NodeConfig {
             join: false,
             hash_check_entries: 10_000,
             plugin_cache: None,
+            cluster_id: 0,
         }
     }
 }
@@ -86,11 +92,30 @@ impl NodeConfig {
             return Err("tick_interval must be positive".into());
         }
         if self.heartbeat_ticks == 0 || self.election_ticks <= self.heartbeat_ticks {
-            return Err("election_ticks must be greater than heartbeat_ticks, which must be positive".into());
+            return Err(
+                "election_ticks must be greater than heartbeat_ticks, which must be positive"
+                    .into(),
+            );
         }
         if self.max_command_bytes == 0 {
             return Err("max_command_bytes must be positive".into());
         }
         self.plugin.validate()
     }
+}
+
+/// A cluster id derived from the initial members and a token, the same on
+/// every node started with the same `[peers]` (as etcd derives its cluster
+/// id from `--initial-cluster` and `--initial-cluster-token`). Never 0.
+pub fn derive_cluster_id(token: &str, members: &std::collections::BTreeMap<u64, String>) -> u64 {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(token.as_bytes());
+    for (id, address) in members {
+        h.update([0]);
+        h.update(id.to_be_bytes());
+        h.update(address.as_bytes());
+    }
+    let digest = h.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes")).max(1)
 }

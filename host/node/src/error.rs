@@ -30,6 +30,9 @@ pub enum Error {
     /// The node is shutting down.
     #[error("node stopped")]
     Stopped,
+    /// This node was removed from the cluster; it serves nothing any more.
+    #[error("this node was removed from the cluster; send requests to its members")]
+    Removed,
     /// The node hit a failure it cannot recover from (storage I/O, a
     /// nondeterministic plugin failure) and stopped applying.
     #[error("fatal: {0}")]

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
-use wasmraft_raft::{Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId, Role};
+use wasmraft_raft::{
+    Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId,
+    Role,
+};
 use wasmraft_storage::{SnapshotData, Storage};
 
 use crate::apply::ApplyTask;
@@ -23,26 +26,52 @@ pub(crate) type IndexReply = oneshot::Sender<Result<Index, Error>>;
 
 /// Requests to the Raft loop.
 pub(crate) enum LoopMsg {
-    Propose { command: Vec<u8>, client_id: u64, sequence: u64, reply: ProposeReply },
+    Propose {
+        command: Vec<u8>,
+        client_id: u64,
+        sequence: u64,
+        reply: ProposeReply,
+    },
     /// A linearizable read: reply with a read index confirmed by a quorum.
-    ReadIndex { reply: IndexReply },
+    ReadIndex {
+        reply: IndexReply,
+    },
     /// A lease read: the commit index if the lease holds, else a ReadIndex.
-    LeaseRead { reply: IndexReply },
+    LeaseRead {
+        reply: IndexReply,
+    },
     Step(Message),
     /// A snapshot from the leader: its data, then its message to step.
     ReceiveSnapshot(Message, SnapshotData),
     /// The outcome of sending a snapshot to a peer.
-    SnapshotSent { peer: NodeId, ok: bool },
+    SnapshotSent {
+        peer: NodeId,
+        ok: bool,
+    },
     /// A node-level command (see `system`), replicated like any other.
-    ProposeSystem { data: Vec<u8>, reply: ProposeReply },
+    ProposeSystem {
+        data: Vec<u8>,
+        reply: ProposeReply,
+    },
     /// A membership change.
-    ChangeMembership { change: MembershipChange, reply: ProposeReply },
+    ChangeMembership {
+        change: MembershipChange,
+        reply: ProposeReply,
+    },
     /// The apply thread learned a member's address.
-    SetAddress { id: u64, address: String },
+    SetAddress {
+        id: u64,
+        address: String,
+    },
     /// Hand leadership to a voter.
-    TransferLeader { to: NodeId, reply: oneshot::Sender<Result<(), Error>> },
+    TransferLeader {
+        to: NodeId,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
     /// The configuration and each member's replication progress.
-    Members { reply: oneshot::Sender<Members> },
+    Members {
+        reply: oneshot::Sender<Members>,
+    },
     /// The apply worker has applied through this index.
     Applied(Index),
     Shutdown,
@@ -68,10 +97,19 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub self_tx: std::sync::mpsc::Sender<LoopMsg>,
     /// The most ticks replayed at once after a stall.
     pub max_catch_up_ticks: u64,
+    /// Ids removed from the cluster, shared with the node handle and
+    /// persisted: a node compares each committed configuration with the
+    /// one before it.
+    pub removed: Arc<parking_lot::RwLock<std::collections::BTreeSet<u64>>>,
 }
 
 impl<T: Transport> RaftLoop<T> {
     pub fn run(mut self) {
+        let me = self.raw.status().id.0;
+        if self.removed.read().contains(&me) {
+            self.stop_as_removed("it was removed from the cluster before it stopped last time");
+            return;
+        }
         let mut next_tick = Instant::now() + self.tick_interval;
         loop {
             let timeout = next_tick.saturating_duration_since(Instant::now());
@@ -85,11 +123,17 @@ impl<T: Transport> RaftLoop<T> {
             let mut proposals = Vec::new();
             let mut reads = Vec::new();
             let mut lease_reads = Vec::new();
-            for msg in first.into_iter().chain(std::iter::from_fn(|| self.inbox.try_recv().ok())) {
+            for msg in first
+                .into_iter()
+                .chain(std::iter::from_fn(|| self.inbox.try_recv().ok()))
+            {
                 match msg {
-                    LoopMsg::Propose { command, client_id, sequence, reply } => {
-                        proposals.push((command, client_id, sequence, reply))
-                    }
+                    LoopMsg::Propose {
+                        command,
+                        client_id,
+                        sequence,
+                        reply,
+                    } => proposals.push((command, client_id, sequence, reply)),
                     LoopMsg::ReadIndex { reply } => reads.push(reply),
                     LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                     LoopMsg::Step(m) => {
@@ -99,6 +143,15 @@ impl<T: Transport> RaftLoop<T> {
                     }
                     LoopMsg::Applied(index) => self.raw.applied_to(index),
                     LoopMsg::ReceiveSnapshot(m, data) => {
+                        if let Err(reason) = self.may_install(&m) {
+                            tracing::warn!(
+                                from = m.from.0,
+                                term = m.term.0,
+                                reason,
+                                "refused a snapshot"
+                            );
+                            continue;
+                        }
                         if let MessageBody::InstallSnapshot { meta } = &m.body {
                             self.received_snapshot = Some((meta.last, data));
                         }
@@ -111,7 +164,11 @@ impl<T: Transport> RaftLoop<T> {
                         let term = self.raw.status().term;
                         match self.raw.propose(vec![data]) {
                             Ok(range) => {
-                                let _ = self.apply_tx.send(ApplyTask::Await { index: range.start, term, reply });
+                                let _ = self.apply_tx.send(ApplyTask::Await {
+                                    index: range.start,
+                                    term,
+                                    reply,
+                                });
                             }
                             Err(e) => {
                                 let _ = reply.send(Err(propose_error(e)));
@@ -139,7 +196,11 @@ impl<T: Transport> RaftLoop<T> {
                         let _ = reply.send(Members {
                             membership: s.membership,
                             leader: s.leader,
-                            matched: s.progress.iter().map(|(id, p)| (*id, p.matched.0)).collect(),
+                            matched: s
+                                .progress
+                                .iter()
+                                .map(|(id, p)| (*id, p.matched.0))
+                                .collect(),
                         });
                     }
                     LoopMsg::Shutdown => return,
@@ -166,6 +227,68 @@ impl<T: Transport> RaftLoop<T> {
                 self.status.lock().fatal = Some(e.clone());
                 return;
             }
+            if let Some((leader, term)) = self.transport.refused_as_non_member() {
+                // A leader says so only of ids it saw removed; one at this
+                // node's term or later speaks for the cluster.
+                if term >= self.raw.status().term.0 {
+                    self.stop_as_removed(&format!(
+                        "leader {leader} (term {term}) says it was removed"
+                    ));
+                    return;
+                }
+            }
+            if self.removed.read().contains(&me) {
+                self.stop_as_removed("a committed configuration removed it");
+                return;
+            }
+            // The apply worker failed: a node that cannot apply must not
+            // keep leading or voting. Stopping here lets the others elect a
+            // leader within an election timeout.
+            let fatal = self.status.lock().fatal.clone();
+            if let Some(cause) = fatal {
+                tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
+                let mut st = self.status.lock();
+                st.role = Role::Follower;
+                st.leader = None;
+                return;
+            }
+        }
+    }
+
+    /// Whether a received snapshot may be installed: only the leader of the
+    /// current term may send one, and only one ahead of what this node has
+    /// committed. Checked before its data is kept, so a forged or stale
+    /// snapshot never reaches storage.
+    fn may_install(&self, m: &Message) -> Result<(), &'static str> {
+        let MessageBody::InstallSnapshot { meta } = &m.body else {
+            return Err("not a snapshot");
+        };
+        let s = self.raw.status();
+        if m.term != s.term || s.leader != Some(m.from) || s.role != Role::Follower {
+            return Err("the sender is not the leader of this node's current term");
+        }
+        if meta.last.index <= s.commit {
+            return Err("the snapshot is not ahead of this node's commit index");
+        }
+        Ok(())
+    }
+
+    /// Stops serving for good: a removed node must neither vote nor lead,
+    /// and says why in its status. Its peers stop dialing it on their own.
+    fn stop_as_removed(&mut self, why: &str) {
+        tracing::error!(
+            reason = why,
+            "this node was removed from the cluster; it stops serving"
+        );
+        let mut st = self.status.lock();
+        st.removed = true;
+        st.role = Role::Follower;
+        st.leader = None;
+        drop(st);
+        for (_, replies) in self.pending_reads.drain() {
+            for r in replies {
+                let _ = r.send(Err(Error::Removed));
+            }
         }
     }
 
@@ -190,20 +313,33 @@ impl<T: Transport> RaftLoop<T> {
     }
 
     fn not_leader(&self) -> Error {
-        Error::NotLeader { leader: self.raw.status().leader }
+        Error::NotLeader {
+            leader: self.raw.status().leader,
+        }
     }
 
     fn propose(&mut self, proposals: Vec<(Vec<u8>, u64, u64, ProposeReply)>) {
         if proposals.is_empty() {
             return;
         }
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         self.last_stamp_ms = self.last_stamp_ms.max(now);
         let stamp = self.last_stamp_ms;
         let (commands, replies): (Vec<_>, Vec<_>) = proposals
             .into_iter()
             .map(|(command, client_id, sequence, reply)| {
-                (Envelope { timestamp_ms: stamp, client_id, sequence, command }.encode(), reply)
+                (
+                    Envelope {
+                        timestamp_ms: stamp,
+                        client_id,
+                        sequence,
+                        command,
+                    }
+                    .encode(),
+                    reply,
+                )
             })
             .unzip();
         let term = self.raw.status().term;
@@ -212,7 +348,11 @@ impl<T: Transport> RaftLoop<T> {
                 for (index, reply) in (range.start.0..range.end.0).zip(replies) {
                     // Registered before the entries can commit (a later Ready),
                     // and the apply channel is FIFO.
-                    let _ = self.apply_tx.send(ApplyTask::Await { index: Index(index), term, reply });
+                    let _ = self.apply_tx.send(ApplyTask::Await {
+                        index: Index(index),
+                        term,
+                        reply,
+                    });
                 }
             }
             Err(e) => {
@@ -246,12 +386,20 @@ impl<T: Transport> RaftLoop<T> {
     /// Sends messages; snapshots go with their data, read from storage by
     /// the transport.
     fn send(&mut self, messages: Vec<Message>) {
-        let (snapshots, rest): (Vec<_>, Vec<_>) =
-            messages.into_iter().partition(|m| matches!(m.body, MessageBody::InstallSnapshot { .. }));
+        let (snapshots, rest): (Vec<_>, Vec<_>) = messages
+            .into_iter()
+            .partition(|m| matches!(m.body, MessageBody::InstallSnapshot { .. }));
         self.transport.send(rest);
         for m in snapshots {
-            let MessageBody::InstallSnapshot { meta } = &m.body else { unreachable!() };
-            let (storage, index, peer, tx) = (self.storage.clone(), meta.last.index, m.to, self.self_tx.clone());
+            let MessageBody::InstallSnapshot { meta } = &m.body else {
+                unreachable!()
+            };
+            let (storage, index, peer, tx) = (
+                self.storage.clone(),
+                meta.last.index,
+                m.to,
+                self.self_tx.clone(),
+            );
             tracing::info!(peer = peer.0, index = index.0, "sending a snapshot");
             self.transport.send_snapshot(
                 m,
@@ -268,12 +416,22 @@ impl<T: Transport> RaftLoop<T> {
             let mut rd = self.raw.ready();
             if let Some(soft) = rd.soft_state {
                 let mut st = self.status.lock();
+                if st.leader != soft.leader || st.role != soft.role {
+                    let term = self.raw.status().term.0;
+                    let show = |l: Option<NodeId>| {
+                        l.map_or_else(|| "none".to_string(), |l| l.0.to_string())
+                    };
+                    tracing::info!(term, role = ?soft.role, leader = %show(soft.leader), previous_leader = %show(st.leader),
+                        previous_role = ?st.role, "raft role or leader changed");
+                }
                 st.role = soft.role;
                 st.leader = soft.leader;
                 drop(st);
                 if soft.role != Role::Leader {
                     // Reads waiting on a round this node can no longer finish.
-                    let err = Error::NotLeader { leader: soft.leader };
+                    let err = Error::NotLeader {
+                        leader: soft.leader,
+                    };
                     for (_, replies) in self.pending_reads.drain() {
                         for r in replies {
                             let _ = r.send(Err(err.clone()));
@@ -285,22 +443,36 @@ impl<T: Transport> RaftLoop<T> {
             if let Some(meta) = rd.snapshot.clone() {
                 let data = match self.received_snapshot.take() {
                     Some((last, data)) if last == meta.last => data,
-                    _ => return Err(format!("no data for the snapshot at {} to install", meta.last)),
+                    _ => {
+                        return Err(format!(
+                            "no data for the snapshot at {} to install",
+                            meta.last
+                        ));
+                    }
                 };
                 // Installed by the apply thread, after everything it was given
                 // before, and durably so before this Ready is acknowledged.
                 let (done, wait) = std::sync::mpsc::channel();
-                let _ = self.apply_tx.send(ApplyTask::InstallSnapshot { meta, data, done });
-                wait.recv().map_err(|_| "the apply thread stopped".to_string())??;
+                let _ = self
+                    .apply_tx
+                    .send(ApplyTask::InstallSnapshot { meta, data, done });
+                wait.recv()
+                    .map_err(|_| "the apply thread stopped".to_string())??;
             }
             if !rd.entries.is_empty() || rd.hard_state.is_some() {
                 self.storage
-                    .append(&rd.entries, rd.hard_state.as_ref(), rd.must_sync && self.sync_log)
+                    .append(
+                        &rd.entries,
+                        rd.hard_state.as_ref(),
+                        rd.must_sync && self.sync_log,
+                    )
                     .map_err(|e| e.to_string())?;
             }
             self.send(std::mem::take(&mut rd.persisted_messages));
             if !rd.committed_entries.is_empty() {
-                let _ = self.apply_tx.send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
+                let _ = self
+                    .apply_tx
+                    .send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
             }
             for rs in &rd.read_states {
                 if let Some(replies) = self.pending_reads.remove(&rs.id) {
@@ -317,6 +489,29 @@ impl<T: Transport> RaftLoop<T> {
             st.last_index = s.last_index.0;
             st.leader = s.leader;
             st.role = s.role;
+            if st.membership != s.membership {
+                tracing::info!(membership = ?s.membership, "configuration changed");
+                let gone: Vec<u64> = st
+                    .membership
+                    .members()
+                    .difference(&s.membership.members())
+                    .map(|id| id.0)
+                    .collect();
+                st.membership = s.membership;
+                drop(st);
+                if !gone.is_empty() {
+                    let mut removed = self.removed.write();
+                    removed.extend(gone.iter().copied());
+                    self.storage
+                        .set_removed_members(&removed)
+                        .map_err(|e| e.to_string())?;
+                    drop(removed);
+                    for id in gone {
+                        tracing::info!(node = id, "removed from the cluster");
+                        self.transport.remove_peer(id);
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -22,6 +22,16 @@ pub trait Transport: Send + 'static {
 
     /// Member `id` is now reachable at `address` (learned from the log).
     fn set_address(&mut self, _id: u64, _address: &str) {}
+
+    /// Member `id` was removed from the cluster: stop talking to it, for
+    /// good (removed ids are never reused).
+    fn remove_peer(&mut self, _id: u64) {}
+
+    /// A leader that refused this node as not a member of the cluster, and
+    /// its term, if one did since the last call (checked every loop turn).
+    fn refused_as_non_member(&mut self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// The transport of a single-node cluster: there is nobody to talk to.
@@ -31,12 +41,19 @@ pub struct NoPeers;
 impl Transport for NoPeers {
     fn send(&mut self, messages: Vec<Message>) {
         for m in messages {
-            tracing::warn!(to = m.to.0, kind = m.body.kind(), "dropping a message: this node has no peers");
+            tracing::warn!(
+                to = m.to.0,
+                kind = m.body.kind(),
+                "dropping a message: this node has no peers"
+            );
         }
     }
 
     fn send_snapshot(&mut self, message: Message, _load: SnapshotLoader, done: SnapshotDone) {
-        tracing::warn!(to = message.to.0, "dropping a snapshot: this node has no peers");
+        tracing::warn!(
+            to = message.to.0,
+            "dropping a snapshot: this node has no peers"
+        );
         done(false);
     }
 }

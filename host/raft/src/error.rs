@@ -69,6 +69,16 @@ pub enum StepError {
         /// This node.
         node: NodeId,
     },
+    /// The message cannot come from an honest peer: its shape is wrong, or
+    /// it contradicts what this node knows is committed or who leads. It is
+    /// dropped; nothing changed.
+    #[error("invalid message from node {from}: {reason}")]
+    Invalid {
+        /// The claimed sender.
+        from: NodeId,
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 /// Errors of `propose`, `propose_membership`, `read_index` and `transfer_leader`.

@@ -212,6 +212,12 @@ mod storage;
 mod types;
 
 pub use config::Config;
+
+/// The largest term or index the core accepts from a peer: far beyond any
+/// real cluster (a new term every millisecond for 146,000 years) and far
+/// enough below `u64::MAX` that no `+ 1` on a term or index can overflow.
+/// [`RawNode::step`] refuses messages beyond it.
+pub const MAX_TERM: u64 = 1 << 62;
 pub use error::{ConfigError, Error, ProposeError, StepError, StorageError};
 pub use message::{Message, MessageBody};
 pub use progress::{Progress, ProgressState};

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::config::Config;
 use crate::error::{Error, ProposeError, StepError};
-use crate::message::Message;
+use crate::message::{Message, MessageBody};
 use crate::progress::Progress;
 use crate::raft::Raft;
 use crate::storage::LogReader;
@@ -124,8 +124,72 @@ impl<L: LogReader> RawNode<L> {
                 node: self.raft.id,
             });
         }
+        if let Some(reason) = self.invalid(&msg) {
+            return Err(StepError::Invalid {
+                from: msg.from,
+                reason,
+            });
+        }
         self.raft.step(msg);
         Ok(())
+    }
+
+    /// Why `msg` cannot come from an honest peer, if it cannot. The core
+    /// asserts its own invariants; a peer's word is checked here first, so
+    /// that nothing a peer sends can trip them (or overflow a term).
+    fn invalid(&self, msg: &Message) -> Option<&'static str> {
+        let r = &self.raft;
+        if msg.from == r.id {
+            return Some("a message from this node's own id");
+        }
+        if msg.term.0 > crate::MAX_TERM {
+            return Some("term out of range");
+        }
+        let leader_only = matches!(
+            msg.body,
+            MessageBody::AppendEntries { .. }
+                | MessageBody::Heartbeat { .. }
+                | MessageBody::InstallSnapshot { .. }
+        );
+        // Election safety (§5.2): one leader per term, and it is this node.
+        if leader_only && msg.term == r.term && r.role == Role::Leader {
+            return Some("a second leader in this node's term");
+        }
+        match &msg.body {
+            MessageBody::AppendEntries {
+                prev,
+                entries,
+                commit,
+            } => {
+                let mut last = *prev;
+                for e in entries {
+                    if e.log_id.index != last.index.next()
+                        || e.log_id.term < last.term
+                        || e.log_id.term > msg.term
+                    {
+                        return Some("append-entries out of order");
+                    }
+                    last = e.log_id;
+                }
+                if last.index.0 > crate::MAX_TERM || commit.0 > crate::MAX_TERM {
+                    return Some("index out of range");
+                }
+                // Entries at or below this node's commit index are never
+                // rewritten: the core answers with its commit index instead.
+                None
+            }
+            MessageBody::RequestVote { last, .. }
+                if last.term > msg.term || last.index.0 > crate::MAX_TERM =>
+            {
+                Some("vote request with a last log id out of range")
+            }
+            MessageBody::InstallSnapshot { meta }
+                if meta.last.term > msg.term || meta.last.index.0 > crate::MAX_TERM =>
+            {
+                Some("snapshot position out of range")
+            }
+            _ => None,
+        }
     }
 
     /// Proposes a batch of commands: one append, one message per follower.

@@ -18,6 +18,8 @@ pub(crate) const KEY_BOOTSTRAP: &[u8] = b"bootstrap_membership";
 pub(crate) const KEY_SNAPSHOT: &[u8] = b"snapshot_meta";
 pub(crate) const KEY_NODE_ID: &[u8] = b"node_id";
 pub(crate) const KEY_APPLIED: &[u8] = b"applied";
+pub(crate) const KEY_CLUSTER_ID: &[u8] = b"cluster_id";
+pub(crate) const KEY_REMOVED: &[u8] = b"removed_members";
 
 /// How to open the store.
 #[derive(Clone, Debug)]
@@ -58,7 +60,10 @@ pub struct Storage {
 
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Storage").field("path", &self.db.path()).field("bounds", &*self.bounds.lock()).finish()
+        f.debug_struct("Storage")
+            .field("path", &self.db.path())
+            .field("bounds", &*self.bounds.lock())
+            .finish()
     }
 }
 
@@ -72,11 +77,16 @@ impl Storage {
         // Recovery after a torn tail: replay the WAL up to the last intact record
         // rather than refusing to open.
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
-        let cfs = [CF_LOG, CF_RAFT, CF_STATE, CF_META].map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        let cfs = [CF_LOG, CF_RAFT, CF_STATE, CF_META]
+            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
         let db = DB::open_cf_descriptors(&db_opts, dir, cfs)?;
         let storage = Self {
             db: Arc::new(db),
-            bounds: Arc::new(Mutex::new(Bounds { first: Index(1), last: Index(0), before_first: LogId::default() })),
+            bounds: Arc::new(Mutex::new(Bounds {
+                first: Index(1),
+                last: Index(0),
+                before_first: LogId::default(),
+            })),
             hard_state: Arc::new(Mutex::new(HardState::default())),
             state_lock: Arc::new(RwLock::new(())),
             options,
@@ -97,7 +107,12 @@ impl Storage {
                     )));
                 }
             }
-            None => self.db.put_cf_opt(cf, KEY_NODE_ID, codec::encode_u64(node_id), &self.sync_opts())?,
+            None => self.db.put_cf_opt(
+                cf,
+                KEY_NODE_ID,
+                codec::encode_u64(node_id),
+                &self.sync_opts(),
+            )?,
         }
         Ok(())
     }
@@ -106,7 +121,10 @@ impl Storage {
         if let Some(bytes) = self.db.get_cf(self.cf(CF_RAFT), KEY_HARD_STATE)? {
             *self.hard_state.lock() = codec::decode_hard_state(&bytes)?;
         }
-        let before_first = self.snapshot_meta_stored()?.map(|m| m.last).unwrap_or_default();
+        let before_first = self
+            .snapshot_meta_stored()?
+            .map(|m| m.last)
+            .unwrap_or_default();
         let first = before_first.index.next();
         let mut iter = self.db.raw_iterator_cf(self.cf(CF_LOG));
         iter.seek_to_last();
@@ -115,12 +133,18 @@ impl Storage {
             None => before_first.index,
         };
         iter.status()?;
-        *self.bounds.lock() = Bounds { first, last: last.max(before_first.index), before_first };
+        *self.bounds.lock() = Bounds {
+            first,
+            last: last.max(before_first.index),
+            before_first,
+        };
         Ok(())
     }
 
     pub(crate) fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
-        self.db.cf_handle(name).expect("column family created at open")
+        self.db
+            .cf_handle(name)
+            .expect("column family created at open")
     }
 
     pub(crate) fn sync_opts(&self) -> WriteOptions {
@@ -134,7 +158,66 @@ impl Storage {
     /// membership from the leader.
     pub fn bootstrap(&self, membership: &Membership) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
-        batch.put_cf(self.cf(CF_RAFT), KEY_BOOTSTRAP, codec::encode_membership(membership));
+        batch.put_cf(
+            self.cf(CF_RAFT),
+            KEY_BOOTSTRAP,
+            codec::encode_membership(membership),
+        );
+        self.db.write_opt(batch, &self.sync_opts())?;
+        Ok(())
+    }
+
+    /// The id of the cluster this store belongs to, once fixed (at
+    /// bootstrap, or when a joining node first hears from its cluster).
+    pub fn cluster_id(&self) -> Result<Option<u64>, StorageError> {
+        match self.db.get_cf(self.cf(CF_RAFT), KEY_CLUSTER_ID)? {
+            Some(bytes) => match <[u8; 8]>::try_from(bytes.as_slice()) {
+                Ok(b) => Ok(Some(u64::from_be_bytes(b))),
+                Err(_) => Err(StorageError::Corrupt {
+                    what: "cluster id",
+                    key: None,
+                    detail: format!("{} bytes, not 8", bytes.len()),
+                }),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// Fixes the cluster id, durably. It never changes afterwards.
+    pub fn set_cluster_id(&self, id: u64) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(CF_RAFT), KEY_CLUSTER_ID, id.to_be_bytes());
+        self.db.write_opt(batch, &self.sync_opts())?;
+        Ok(())
+    }
+
+    /// Ids removed from the cluster, as this node saw its committed
+    /// configuration change. An id once removed is never a member again.
+    pub fn removed_members(&self) -> Result<std::collections::BTreeSet<u64>, StorageError> {
+        let Some(bytes) = self.db.get_cf(self.cf(CF_RAFT), KEY_REMOVED)? else {
+            return Ok(Default::default());
+        };
+        if bytes.len() % 8 != 0 {
+            return Err(StorageError::Corrupt {
+                what: "removed members",
+                key: None,
+                detail: format!("{} bytes", bytes.len()),
+            });
+        }
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+
+    /// Records the removed ids, durably.
+    pub fn set_removed_members(
+        &self,
+        ids: &std::collections::BTreeSet<u64>,
+    ) -> Result<(), StorageError> {
+        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_be_bytes()).collect();
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(CF_RAFT), KEY_REMOVED, bytes);
         self.db.write_opt(batch, &self.sync_opts())?;
         Ok(())
     }

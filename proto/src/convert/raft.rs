@@ -14,7 +14,10 @@ use crate::v1::raft_message::Body;
 pub struct Malformed(pub &'static str);
 
 fn log_id(id: raft::LogId) -> v1::LogId {
-    v1::LogId { term: id.term.0, index: id.index.0 }
+    v1::LogId {
+        term: id.term.0,
+        index: id.index.0,
+    }
 }
 
 fn from_log_id(id: Option<v1::LogId>) -> Result<raft::LogId, Malformed> {
@@ -32,7 +35,11 @@ fn from_ids(v: Vec<u64>) -> BTreeSet<raft::NodeId> {
 
 /// Membership to wire.
 pub fn membership(m: &raft::Membership) -> v1::Membership {
-    v1::Membership { voters: ids(&m.voters), voters_outgoing: ids(&m.voters_outgoing), learners: ids(&m.learners) }
+    v1::Membership {
+        voters: ids(&m.voters),
+        voters_outgoing: ids(&m.voters_outgoing),
+        learners: ids(&m.learners),
+    }
 }
 
 /// Membership from wire.
@@ -46,7 +53,10 @@ pub fn from_membership(m: v1::Membership) -> raft::Membership {
 
 /// Snapshot metadata to wire.
 pub fn snapshot_meta(m: &raft::SnapshotMeta) -> v1::SnapshotMeta {
-    v1::SnapshotMeta { last: Some(log_id(m.last)), membership: Some(membership(&m.membership)) }
+    v1::SnapshotMeta {
+        last: Some(log_id(m.last)),
+        membership: Some(membership(&m.membership)),
+    }
 }
 
 /// Snapshot metadata from wire.
@@ -64,7 +74,10 @@ fn entry(e: raft::Entry) -> v1::Entry {
         raft::EntryPayload::Normal(d) => Payload::Normal(d),
         raft::EntryPayload::Membership(m) => Payload::Membership(membership(&m)),
     };
-    v1::Entry { log_id: Some(log_id(e.log_id)), payload: Some(payload) }
+    v1::Entry {
+        log_id: Some(log_id(e.log_id)),
+        payload: Some(payload),
+    }
 }
 
 fn from_entry(e: v1::Entry) -> Result<raft::Entry, Malformed> {
@@ -73,37 +86,67 @@ fn from_entry(e: v1::Entry) -> Result<raft::Entry, Malformed> {
         Payload::Normal(d) => raft::EntryPayload::Normal(d),
         Payload::Membership(m) => raft::EntryPayload::Membership(from_membership(m)),
     };
-    Ok(raft::Entry { log_id: from_log_id(e.log_id)?, payload })
+    Ok(raft::Entry {
+        log_id: from_log_id(e.log_id)?,
+        payload,
+    })
 }
 
 /// A core message to wire.
 pub fn message(m: raft::Message) -> v1::RaftMessage {
     use raft::MessageBody as B;
     let body = match m.body {
-        B::AppendEntries { prev, entries, commit } => Body::AppendEntries(v1::AppendEntries {
+        B::AppendEntries {
+            prev,
+            entries,
+            commit,
+        } => Body::AppendEntries(v1::AppendEntries {
             prev: Some(log_id(prev)),
             entries: entries.into_iter().map(entry).collect(),
             commit: commit.0,
         }),
-        B::AppendResponse { reject, index, hint } => {
-            Body::AppendResponse(v1::AppendResponse { reject, index: index.0, hint: Some(log_id(hint)) })
+        B::AppendResponse {
+            reject,
+            index,
+            hint,
+        } => Body::AppendResponse(v1::AppendResponse {
+            reject,
+            index: index.0,
+            hint: Some(log_id(hint)),
+        }),
+        B::RequestVote {
+            pre_vote,
+            last,
+            transfer,
+        } => Body::RequestVote(v1::RequestVote {
+            pre_vote,
+            last: Some(log_id(last)),
+            transfer,
+        }),
+        B::VoteResponse { pre_vote, reject } => {
+            Body::VoteResponse(v1::VoteResponse { pre_vote, reject })
         }
-        B::RequestVote { pre_vote, last, transfer } => {
-            Body::RequestVote(v1::RequestVote { pre_vote, last: Some(log_id(last)), transfer })
-        }
-        B::VoteResponse { pre_vote, reject } => Body::VoteResponse(v1::VoteResponse { pre_vote, reject }),
-        B::Heartbeat { commit, token } => Body::Heartbeat(v1::Heartbeat { commit: commit.0, token }),
+        B::Heartbeat { commit, token } => Body::Heartbeat(v1::Heartbeat {
+            commit: commit.0,
+            token,
+        }),
         B::HeartbeatResponse { token } => Body::HeartbeatResponse(v1::HeartbeatResponse { token }),
-        B::InstallSnapshot { meta } => {
-            Body::InstallSnapshot(v1::InstallSnapshotMessage { meta: Some(snapshot_meta(&meta)) })
-        }
+        B::InstallSnapshot { meta } => Body::InstallSnapshot(v1::InstallSnapshotMessage {
+            meta: Some(snapshot_meta(&meta)),
+        }),
         B::TimeoutNow => Body::TimeoutNow(v1::TimeoutNow {}),
         B::ReadIndex { id } => Body::ReadIndex(v1::ReadIndex { id: id.0 }),
-        B::ReadIndexResponse { id, index } => {
-            Body::ReadIndexResponse(v1::ReadIndexResponse { id: id.0, index: index.0 })
-        }
+        B::ReadIndexResponse { id, index } => Body::ReadIndexResponse(v1::ReadIndexResponse {
+            id: id.0,
+            index: index.0,
+        }),
     };
-    v1::RaftMessage { from: m.from.0, to: m.to.0, term: m.term.0, body: Some(body) }
+    v1::RaftMessage {
+        from: m.from.0,
+        to: m.to.0,
+        term: m.term.0,
+        body: Some(body),
+    }
 }
 
 /// A wire message to core.
@@ -112,70 +155,269 @@ pub fn from_message(m: v1::RaftMessage) -> Result<raft::Message, Malformed> {
     let body = match m.body.ok_or(Malformed("message without body"))? {
         Body::AppendEntries(a) => B::AppendEntries {
             prev: from_log_id(a.prev)?,
-            entries: a.entries.into_iter().map(from_entry).collect::<Result<_, _>>()?,
+            entries: a
+                .entries
+                .into_iter()
+                .map(from_entry)
+                .collect::<Result<_, _>>()?,
             commit: raft::Index(a.commit),
         },
-        Body::AppendResponse(r) => {
-            B::AppendResponse { reject: r.reject, index: raft::Index(r.index), hint: from_log_id(r.hint)? }
-        }
-        Body::RequestVote(v) => B::RequestVote { pre_vote: v.pre_vote, last: from_log_id(v.last)?, transfer: v.transfer },
-        Body::VoteResponse(v) => B::VoteResponse { pre_vote: v.pre_vote, reject: v.reject },
-        Body::Heartbeat(h) => B::Heartbeat { commit: raft::Index(h.commit), token: h.token },
+        Body::AppendResponse(r) => B::AppendResponse {
+            reject: r.reject,
+            index: raft::Index(r.index),
+            hint: from_log_id(r.hint)?,
+        },
+        Body::RequestVote(v) => B::RequestVote {
+            pre_vote: v.pre_vote,
+            last: from_log_id(v.last)?,
+            transfer: v.transfer,
+        },
+        Body::VoteResponse(v) => B::VoteResponse {
+            pre_vote: v.pre_vote,
+            reject: v.reject,
+        },
+        Body::Heartbeat(h) => B::Heartbeat {
+            commit: raft::Index(h.commit),
+            token: h.token,
+        },
         Body::HeartbeatResponse(h) => B::HeartbeatResponse { token: h.token },
-        Body::InstallSnapshot(s) => B::InstallSnapshot { meta: from_snapshot_meta(s.meta)? },
+        Body::InstallSnapshot(s) => B::InstallSnapshot {
+            meta: from_snapshot_meta(s.meta)?,
+        },
         Body::TimeoutNow(_) => B::TimeoutNow,
-        Body::ReadIndex(r) => B::ReadIndex { id: raft::ReadId(r.id) },
-        Body::ReadIndexResponse(r) => B::ReadIndexResponse { id: raft::ReadId(r.id), index: raft::Index(r.index) },
+        Body::ReadIndex(r) => B::ReadIndex {
+            id: raft::ReadId(r.id),
+        },
+        Body::ReadIndexResponse(r) => B::ReadIndexResponse {
+            id: raft::ReadId(r.id),
+            index: raft::Index(r.index),
+        },
     };
     if m.from == 0 || m.to == 0 {
         return Err(Malformed("node id 0"));
     }
-    Ok(raft::Message { from: raft::NodeId(m.from), to: raft::NodeId(m.to), term: raft::Term(m.term), body })
+    if m.from == m.to {
+        return Err(Malformed("a message from a node to itself"));
+    }
+    if m.term > MAX_TERM {
+        return Err(Malformed("term out of range"));
+    }
+    match &body {
+        B::AppendEntries {
+            prev,
+            entries,
+            commit,
+        } => check_entries(m.term, *prev, entries, *commit)?,
+        B::RequestVote { last, .. } if last.term.0 > m.term || last.index.0 > MAX_TERM => {
+            return Err(Malformed("vote request with a last log id out of range"));
+        }
+        B::InstallSnapshot { meta }
+            if meta.last.term.0 > m.term || meta.last.index.0 > MAX_TERM =>
+        {
+            return Err(Malformed("snapshot position out of range"));
+        }
+        B::Heartbeat { commit, .. } | B::ReadIndexResponse { index: commit, .. }
+            if commit.0 > MAX_TERM =>
+        {
+            return Err(Malformed("index out of range"));
+        }
+        B::AppendResponse { index, hint, .. }
+            if index.0 > MAX_TERM || hint.index.0 > MAX_TERM || hint.term.0 > MAX_TERM =>
+        {
+            return Err(Malformed("index out of range"));
+        }
+        _ => {}
+    }
+    Ok(raft::Message {
+        from: raft::NodeId(m.from),
+        to: raft::NodeId(m.to),
+        term: raft::Term(m.term),
+        body,
+    })
+}
+
+/// The largest term or index a peer may send (the core's bound).
+pub const MAX_TERM: u64 = raft::MAX_TERM;
+
+/// The shape every `AppendEntries` must have, whoever sent it: entries at
+/// consecutive indexes right after `prev`, terms never decreasing and never
+/// above the message's, and nothing out of range.
+fn check_entries(
+    term: u64,
+    prev: raft::LogId,
+    entries: &[raft::Entry],
+    commit: raft::Index,
+) -> Result<(), Malformed> {
+    if prev.index.0 > MAX_TERM || prev.term.0 > term || commit.0 > MAX_TERM {
+        return Err(Malformed("append-entries position out of range"));
+    }
+    let mut last = prev;
+    for e in entries {
+        if e.log_id.index.0 != last.index.0 + 1 {
+            return Err(Malformed("append-entries with non-consecutive indexes"));
+        }
+        if e.log_id.term < last.term || e.log_id.term.0 > term {
+            return Err(Malformed("append-entries with terms out of order"));
+        }
+        last = e.log_id;
+    }
+    if last.index.0 > MAX_TERM {
+        return Err(Malformed("append-entries position out of range"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use raft::{Entry, EntryPayload, Index, LogId, Membership, Message, MessageBody, NodeId, ReadId, SnapshotMeta, Term};
+    use raft::{
+        Entry, EntryPayload, Index, LogId, Membership, Message, MessageBody, NodeId, ReadId,
+        SnapshotMeta, Term,
+    };
 
     fn round_trip(body: MessageBody) {
-        let m = Message { from: NodeId(1), to: NodeId(2), term: Term(3), body };
+        let m = Message {
+            from: NodeId(1),
+            to: NodeId(2),
+            term: Term(3),
+            body,
+        };
         assert_eq!(from_message(message(m.clone())).unwrap(), m);
     }
 
     #[test]
     fn every_message_kind_round_trips() {
         let entries = vec![
-            Entry { log_id: LogId::new(3, 5), payload: EntryPayload::Blank },
-            Entry { log_id: LogId::new(3, 6), payload: EntryPayload::Normal(b"x".to_vec()) },
+            Entry {
+                log_id: LogId::new(3, 5),
+                payload: EntryPayload::Blank,
+            },
+            Entry {
+                log_id: LogId::new(3, 6),
+                payload: EntryPayload::Normal(b"x".to_vec()),
+            },
             Entry {
                 log_id: LogId::new(3, 7),
                 payload: EntryPayload::Membership(Membership::new([NodeId(1), NodeId(2)])),
             },
         ];
-        round_trip(MessageBody::AppendEntries { prev: LogId::new(2, 4), entries, commit: Index(4) });
-        round_trip(MessageBody::AppendResponse { reject: true, index: Index(9), hint: LogId::new(1, 3) });
-        round_trip(MessageBody::RequestVote { pre_vote: true, last: LogId::new(2, 8), transfer: false });
-        round_trip(MessageBody::VoteResponse { pre_vote: false, reject: true });
-        round_trip(MessageBody::Heartbeat { commit: Index(7), token: 42 });
+        round_trip(MessageBody::AppendEntries {
+            prev: LogId::new(2, 4),
+            entries,
+            commit: Index(4),
+        });
+        round_trip(MessageBody::AppendResponse {
+            reject: true,
+            index: Index(9),
+            hint: LogId::new(1, 3),
+        });
+        round_trip(MessageBody::RequestVote {
+            pre_vote: true,
+            last: LogId::new(2, 8),
+            transfer: false,
+        });
+        round_trip(MessageBody::VoteResponse {
+            pre_vote: false,
+            reject: true,
+        });
+        round_trip(MessageBody::Heartbeat {
+            commit: Index(7),
+            token: 42,
+        });
         round_trip(MessageBody::HeartbeatResponse { token: 42 });
         round_trip(MessageBody::InstallSnapshot {
-            meta: SnapshotMeta { last: LogId::new(2, 100), membership: Membership::new([NodeId(1)]) },
+            meta: SnapshotMeta {
+                last: LogId::new(2, 100),
+                membership: Membership::new([NodeId(1)]),
+            },
         });
         round_trip(MessageBody::TimeoutNow);
         round_trip(MessageBody::ReadIndex { id: ReadId(5) });
-        round_trip(MessageBody::ReadIndexResponse { id: ReadId(5), index: Index(9) });
+        round_trip(MessageBody::ReadIndexResponse {
+            id: ReadId(5),
+            index: Index(9),
+        });
     }
 
     #[test]
     fn malformed_messages_are_refused() {
-        assert!(from_message(v1::RaftMessage { from: 1, to: 2, term: 1, body: None }).is_err());
+        assert!(
+            from_message(v1::RaftMessage {
+                from: 1,
+                to: 2,
+                term: 1,
+                body: None
+            })
+            .is_err()
+        );
         let no_prev = v1::RaftMessage {
             from: 1,
             to: 2,
             term: 1,
-            body: Some(Body::AppendEntries(v1::AppendEntries { prev: None, entries: vec![], commit: 0 })),
+            body: Some(Body::AppendEntries(v1::AppendEntries {
+                prev: None,
+                entries: vec![],
+                commit: 0,
+            })),
         };
-        assert_eq!(from_message(no_prev).unwrap_err(), Malformed("missing log id"));
+        assert_eq!(
+            from_message(no_prev).unwrap_err(),
+            Malformed("missing log id")
+        );
+    }
+
+    fn append(term: u64, prev: (u64, u64), entries: &[(u64, u64)]) -> v1::RaftMessage {
+        message(Message {
+            from: NodeId(1),
+            to: NodeId(2),
+            term: Term(term),
+            body: MessageBody::AppendEntries {
+                prev: LogId::new(prev.0, prev.1),
+                entries: entries
+                    .iter()
+                    .map(|&(t, i)| Entry {
+                        log_id: LogId::new(t, i),
+                        payload: EntryPayload::Blank,
+                    })
+                    .collect(),
+                commit: Index(0),
+            },
+        })
+    }
+
+    #[test]
+    fn messages_out_of_shape_are_refused_before_the_core() {
+        assert!(from_message(append(3, (2, 4), &[(2, 5), (3, 6)])).is_ok());
+        let refused = [
+            append(3, (2, 4), &[(3, 6)]),         // a gap
+            append(3, (2, 4), &[(3, 5), (3, 5)]), // a repeat
+            append(3, (2, 4), &[(3, 4)]),         // at or before prev
+            append(3, (2, 4), &[(1, 5)]),         // a term below prev's
+            append(3, (2, 4), &[(4, 5)]),         // a term above the message's
+            append(3, (4, 4), &[]),               // prev's term above the message's
+            append(u64::MAX, (2, 4), &[]),        // a term that would overflow
+            append(3, (2, u64::MAX), &[]),        // an index that would overflow
+        ];
+        for m in refused {
+            assert!(from_message(m.clone()).is_err(), "{m:?}");
+        }
+        let to_self = v1::RaftMessage {
+            from: 2,
+            to: 2,
+            term: 1,
+            body: Some(Body::TimeoutNow(v1::TimeoutNow {})),
+        };
+        assert!(from_message(to_self).is_err());
+        let heartbeat = |term| v1::RaftMessage {
+            from: 1,
+            to: 2,
+            term,
+            body: Some(Body::Heartbeat(v1::Heartbeat {
+                commit: 0,
+                token: 1,
+            })),
+        };
+        assert!(from_message(heartbeat(u64::MAX)).is_err());
+        assert!(from_message(heartbeat(MAX_TERM)).is_ok());
     }
 }

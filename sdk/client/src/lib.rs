@@ -21,12 +21,13 @@
 //! session are sequential (`&mut self`); use a clone per concurrent task.
 #![deny(missing_docs)]
 
+use std::path::Path;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use wasmraft_proto::v1::client_client::ClientClient;
-use wasmraft_proto::v1::{ProposeRequest, QueryRequest, StatusRequest, WatchRequest};
 pub use wasmraft_proto::v1::{Consistency, ProposeResponse, StatusResponse, WatchEvent};
+use wasmraft_proto::v1::{ProposeRequest, QueryRequest, StatusRequest, WatchRequest};
 use wasmraft_proto::{ERROR_KEY, LEADER_KEY};
 
 /// A request failed.
@@ -51,9 +52,123 @@ pub enum ClientError {
         /// The last connection error.
         last: String,
     },
-    /// The node answered with an error.
-    #[error("{}", .0.message())]
+    /// The node answered with an error (or the transport failed under the
+    /// request: then the causes follow the message).
+    #[error("{}", status_text(.0))]
     Status(tonic::Status),
+    /// A TLS file could not be read.
+    #[error("tls: {0}")]
+    Tls(String),
+}
+
+/// How a client speaks TLS to the cluster: the CA that signed the nodes'
+/// certificates, and a client certificate when the nodes ask for one
+/// (`client_cert_auth`; its common name is the caller's identity).
+#[derive(Clone, Default)]
+pub struct TlsConfig {
+    ca_pem: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("client_certificate", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl TlsConfig {
+    /// Trusts the CA in `ca_pem` (PEM).
+    pub fn new(ca_pem: Vec<u8>) -> Self {
+        Self {
+            ca_pem,
+            identity: None,
+        }
+    }
+
+    /// Presents the certificate `cert_pem` with its key `key_pem` (PEM).
+    pub fn with_identity(mut self, cert_pem: Vec<u8>, key_pem: Vec<u8>) -> Self {
+        self.identity = Some((cert_pem, key_pem));
+        self
+    }
+
+    /// Reads the CA and, if given, a client certificate and key from files.
+    pub fn from_files(
+        ca: &Path,
+        cert: Option<&Path>,
+        key: Option<&Path>,
+    ) -> Result<Self, ClientError> {
+        let read = |p: &Path| {
+            std::fs::read(p)
+                .map_err(|e| ClientError::Tls(format!("cannot read {}: {e}", p.display())))
+        };
+        let config = Self::new(read(ca)?);
+        match (cert, key) {
+            (Some(c), Some(k)) => Ok(config.with_identity(read(c)?, read(k)?)),
+            (None, None) => Ok(config),
+            _ => Err(ClientError::Tls(
+                "a client certificate needs both --cert and --key".into(),
+            )),
+        }
+    }
+
+    fn tonic(&self) -> ClientTlsConfig {
+        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
+        match &self.identity {
+            Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
+}
+
+/// An endpoint for the node at `addr` (`host:port` or a URI), over TLS when
+/// `tls` is given. For the admin services, which [`Client`] does not wrap.
+pub fn endpoint(addr: &str, tls: Option<&TlsConfig>) -> Result<Endpoint, ClientError> {
+    let addr = addr.trim();
+    let invalid = |reason: String| ClientError::InvalidEndpoint {
+        endpoint: addr.to_string(),
+        reason,
+    };
+    let uri = match (addr.contains("://"), tls.is_some()) {
+        (true, _) => addr.to_string(),
+        (false, true) => format!("https://{addr}"),
+        (false, false) => format!("http://{addr}"),
+    };
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| invalid(e.to_string()))?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true);
+    match tls {
+        Some(t) => endpoint
+            .tls_config(t.tonic())
+            .map_err(|e| invalid(error_chain(&e))),
+        None => Ok(endpoint),
+    }
+}
+
+/// A status's message and, for transport failures, their causes.
+fn status_text(status: &tonic::Status) -> String {
+    match std::error::Error::source(status) {
+        Some(source) => format!("{}: {}", status.message(), error_chain(source)),
+        None => status.message().to_string(),
+    }
+}
+
+/// An error and its causes, `: `-separated: tonic's own messages ("transport
+/// error") hide what went wrong (a refused connection, an unknown CA).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
 }
 
 impl ClientError {
@@ -101,7 +216,9 @@ fn new_session_id() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     // RandomState is seeded from the OS per process.
-    std::collections::hash_map::RandomState::new().hash_one((n, std::process::id())).max(1)
+    std::collections::hash_map::RandomState::new()
+        .hash_one((n, std::process::id()))
+        .max(1)
 }
 
 /// Whether a failed proposal may have applied (so a retry must reuse its
@@ -115,7 +232,10 @@ fn retryable(e: &ClientError) -> bool {
             // No reason: the transport failed, the request may or may not have arrived.
             None => matches!(
                 s.code(),
-                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled | tonic::Code::Unknown
+                tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Cancelled
+                    | tonic::Code::Unknown
             ),
         },
         _ => false,
@@ -126,6 +246,14 @@ impl Client {
     /// A client of the cluster reachable at `endpoints` (`host:port` or
     /// `http://host:port`). Connections are made on first use.
     pub fn new<S: AsRef<str>>(endpoints: impl IntoIterator<Item = S>) -> Result<Self, ClientError> {
+        Self::with_tls(endpoints, None)
+    }
+
+    /// Like [`Client::new`], over TLS when `tls` is given.
+    pub fn with_tls<S: AsRef<str>>(
+        endpoints: impl IntoIterator<Item = S>,
+        tls: Option<TlsConfig>,
+    ) -> Result<Self, ClientError> {
         let mut parsed = Vec::new();
         let mut names = Vec::new();
         for e in endpoints {
@@ -133,12 +261,7 @@ impl Client {
             if e.is_empty() {
                 continue;
             }
-            let uri = if e.contains("://") { e.to_string() } else { format!("http://{e}") };
-            let endpoint = Endpoint::from_shared(uri)
-                .map_err(|err| ClientError::InvalidEndpoint { endpoint: e.to_string(), reason: err.to_string() })?
-                .connect_timeout(Duration::from_secs(2))
-                .tcp_nodelay(true);
-            parsed.push(endpoint);
+            parsed.push(endpoint(e, tls.as_ref())?);
             names.push(e.to_string());
         }
         if parsed.is_empty() {
@@ -172,7 +295,10 @@ impl Client {
         if let Some(c) = &self.channels[i] {
             return Ok(c.clone());
         }
-        let channel = self.endpoints[i].connect().await.map_err(|e| format!("{}: {e}", self.names[i]))?;
+        let channel = self.endpoints[i]
+            .connect()
+            .await
+            .map_err(|e| format!("{}: {}", self.names[i], error_chain(&e)))?;
         let client = ClientClient::new(channel).max_decoding_message_size(64 << 20);
         self.channels[i] = Some(client.clone());
         Ok(client)
@@ -202,14 +328,22 @@ impl Client {
                     return Ok(r.into_inner());
                 }
                 Err(status) => {
-                    let not_leader = status.metadata().get(ERROR_KEY).is_some_and(|v| v == "not-leader");
+                    // Another node may serve what this one cannot: a
+                    // follower without a leader, a node removed from the
+                    // cluster.
+                    let not_leader = status
+                        .metadata()
+                        .get(ERROR_KEY)
+                        .is_some_and(|v| v == "not-leader" || v == "removed");
                     if let Some(leader) = status.metadata().get(LEADER_KEY) {
                         tracing::debug!(endpoint = %self.names[i], leader = ?leader, "not the leader");
                     }
                     if not_leader && attempt + 1 < n {
                         continue;
                     }
-                    if status.code() == tonic::Code::Unavailable && status.metadata().get(ERROR_KEY).is_none() {
+                    if status.code() == tonic::Code::Unavailable
+                        && status.metadata().get(ERROR_KEY).is_none()
+                    {
                         // A transport failure before the request reached a node.
                         self.channels[i] = None;
                         last = format!("{}: {}", self.names[i], status.message());
@@ -219,7 +353,10 @@ impl Client {
                 }
             }
         }
-        Err(ClientError::Unreachable { endpoints: self.names.join(","), last })
+        Err(ClientError::Unreachable {
+            endpoints: self.names.join(","),
+            last,
+        })
     }
 
     /// Proposes a command; returns the plugin's response once it applied.
@@ -234,7 +371,14 @@ impl Client {
             let result = self
                 .call(|mut c| {
                     let command = command.clone();
-                    async move { c.propose(ProposeRequest { command, client_id, sequence }).await }
+                    async move {
+                        c.propose(ProposeRequest {
+                            command,
+                            client_id,
+                            sequence,
+                        })
+                        .await
+                    }
                 })
                 .await;
             match result {
@@ -250,10 +394,20 @@ impl Client {
     }
 
     /// Runs a read-only query at `consistency`.
-    pub async fn query(&mut self, request: Vec<u8>, consistency: Consistency) -> Result<Vec<u8>, ClientError> {
+    pub async fn query(
+        &mut self,
+        request: Vec<u8>,
+        consistency: Consistency,
+    ) -> Result<Vec<u8>, ClientError> {
         self.call(|mut c| {
             let request = request.clone();
-            async move { c.query(QueryRequest { request, consistency: consistency as i32 }).await }
+            async move {
+                c.query(QueryRequest {
+                    request,
+                    consistency: consistency as i32,
+                })
+                .await
+            }
         })
         .await
         .map(|r| r.result)
@@ -261,7 +415,10 @@ impl Client {
 
     /// Events of entries applied from now on whose key starts with `prefix`,
     /// from the first reachable node.
-    pub async fn watch(&mut self, prefix: Vec<u8>) -> Result<tonic::Streaming<WatchEvent>, ClientError> {
+    pub async fn watch(
+        &mut self,
+        prefix: Vec<u8>,
+    ) -> Result<tonic::Streaming<WatchEvent>, ClientError> {
         self.call(|mut c| {
             let prefix = prefix.clone();
             async move { c.watch(WatchRequest { prefix }).await }
@@ -271,6 +428,7 @@ impl Client {
 
     /// The status of the first reachable node.
     pub async fn status(&mut self) -> Result<StatusResponse, ClientError> {
-        self.call(|mut c| async move { c.status(StatusRequest {}).await }).await
+        self.call(|mut c| async move { c.status(StatusRequest {}).await })
+            .await
     }
 }

@@ -1,6 +1,8 @@
 //! The harness of the cluster fault tests: a cluster of `wasmraft run`
 //! processes ([`Cluster`]), KV requests and their recording for the
 //! linearizability checker, and a random put/get [`Workload`].
+// Each test binary uses part of the harness.
+#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -12,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
-use wasmraft_client::{Client, ClientError, Consistency, StatusResponse};
+use wasmraft_client::{Client, ClientError, Consistency, StatusResponse, TlsConfig};
 use wasmraft_lincheck::{CheckOptions, KvInput, KvModel, KvOutput, KvRecorder, check_report};
 use wasmraft_proto::etcdserverpb::{
     PutRequest, RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response,
@@ -35,7 +37,9 @@ pub fn election_timeout() -> Duration {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 // ---------------------------------------------------------------------------
@@ -48,9 +52,63 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// prints the end of every log.
 pub struct Cluster {
     dir: Option<tempfile::TempDir>,
+    /// Client addresses.
     addrs: BTreeMap<u64, String>,
+    /// Peer (Raft) addresses.
+    peer_addrs: BTreeMap<u64, String>,
     running: BTreeMap<u64, Child>,
     paused: BTreeSet<u64>,
+    /// With TLS on: the certificates, and how the harness's clients connect
+    /// (as the admin).
+    tls: Option<Tls>,
+}
+
+/// A TLS cluster's certificates, from `wasmraft certs init`.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub dir: PathBuf,
+}
+
+impl Tls {
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// A client config presenting `who` (`admin`, `client`, or `None`).
+    pub fn client(&self, who: Option<&str>) -> TlsConfig {
+        let config = TlsConfig::new(std::fs::read(self.path("ca.pem")).unwrap());
+        match who {
+            Some(w) => config.with_identity(
+                std::fs::read(self.path(&format!("{w}.pem"))).unwrap(),
+                std::fs::read(self.path(&format!("{w}-key.pem"))).unwrap(),
+            ),
+            None => config,
+        }
+    }
+
+    /// CLI flags presenting `who`.
+    pub fn flags(&self, who: &str) -> Vec<String> {
+        let p = |n: &str| self.path(n).display().to_string();
+        vec![
+            "--cacert".into(),
+            p("ca.pem"),
+            "--cert".into(),
+            p(&format!("{who}.pem")),
+            "--key".into(),
+            p(&format!("{who}-key.pem")),
+        ]
+    }
+}
+
+/// Free loopback ports: bind port 0, note the port, release it.
+pub fn free_addrs(n: usize) -> Vec<String> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect()
 }
 
 impl Cluster {
@@ -61,29 +119,123 @@ impl Cluster {
 
     /// Like [`Cluster::start`], with extra lines for each node's `[raft]` section.
     pub async fn start_with(n: u64, raft_extra: &str) -> Cluster {
-        let dir = tempfile::Builder::new().prefix("wasmraft-t60-").tempdir().unwrap();
-        // Free ports: bind port 0, note the port, release it.
-        let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-        let addrs: BTreeMap<u64, String> =
-            listeners.iter().enumerate().map(|(i, l)| (i as u64 + 1, l.local_addr().unwrap().to_string())).collect();
-        drop(listeners);
-        let peers: String = addrs.iter().map(|(id, a)| format!("{id} = \"{a}\"\n")).collect();
+        Self::start_opts(n, raft_extra, false, ELECTION_TICKS).await
+    }
+
+    /// Like [`Cluster::start`], with mutual TLS on both ports from `wasmraft
+    /// certs init`; only `admin.pem` may administer.
+    pub async fn start_tls(n: u64) -> Cluster {
+        Self::start_opts(n, "", true, ELECTION_TICKS).await
+    }
+
+    /// A cluster whose election timeout is `election_ticks` ticks of 20 ms,
+    /// with or without TLS.
+    pub async fn start_opts(n: u64, raft_extra: &str, tls: bool, election_ticks: u64) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("wasmraft-t60-")
+            .tempdir()
+            .unwrap();
+        let free = free_addrs(2 * n as usize);
+        let addrs: BTreeMap<u64, String> = (1..=n)
+            .map(|id| (id, free[id as usize - 1].clone()))
+            .collect();
+        let peer_addrs: BTreeMap<u64, String> = (1..=n)
+            .map(|id| (id, free[(n + id) as usize - 1].clone()))
+            .collect();
+        let peers: String = peer_addrs
+            .iter()
+            .map(|(id, a)| format!("{id} = \"{a}\"\n"))
+            .collect();
+        let tls = tls.then(|| {
+            let certs = dir.path().join("certs");
+            let out = Command::new(BIN)
+                .args(["certs", "init"])
+                .arg(&certs)
+                .args(["--nodes", &n.to_string()])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "certs init: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Tls { dir: certs }
+        });
         for (id, addr) in &addrs {
             let data = dir.path().join(format!("n{id}"));
+            let tls_section = match &tls {
+                Some(t) => format!(
+                    "[tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\nclient_ca = \"{}\"\nclient_cert_auth = true\nadmins = [\"wasmraft-admin\"]\n",
+                    t.path(&format!("node-{id}.pem")).display(),
+                    t.path(&format!("node-{id}-key.pem")).display(),
+                    t.path("ca.pem").display(),
+                    t.path("client-ca.pem").display()
+                ),
+                None => String::new(),
+            };
             let config = format!(
-                "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\nfault_injection = true\n\n[peers]\n{peers}\n\
-                 [raft]\ntick_ms = {TICK_MS}\nelection_ticks = {ELECTION_TICKS}\nheartbeat_ticks = 1\n{raft_extra}\n\
-                 [limits]\nrequest_timeout_ms = 1000\n",
-                data.display()
+                "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\npeer_listen = \"{}\"\nfault_injection = true\n\n[peers]\n{peers}\n\
+                 [raft]\ntick_ms = {TICK_MS}\nelection_ticks = {election_ticks}\nheartbeat_ticks = 1\n{raft_extra}\n\
+                 [limits]\nrequest_timeout_ms = 1000\n{tls_section}",
+                data.display(),
+                peer_addrs[id],
             );
             std::fs::write(dir.path().join(format!("n{id}.toml")), config).unwrap();
         }
-        let mut cluster = Cluster { dir: Some(dir), addrs, running: BTreeMap::new(), paused: BTreeSet::new() };
+        let mut cluster = Cluster {
+            dir: Some(dir),
+            addrs,
+            peer_addrs,
+            running: BTreeMap::new(),
+            paused: BTreeSet::new(),
+            tls,
+        };
         for id in cluster.ids() {
             cluster.spawn(id);
         }
         cluster.leader().await;
         cluster
+    }
+
+    /// The certificates, when TLS is on.
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
+    }
+
+    /// How the harness's own clients connect: as the admin, with TLS on.
+    pub fn client_tls(&self) -> Option<TlsConfig> {
+        self.tls.as_ref().map(|t| t.client(Some("admin")))
+    }
+
+    /// A client of `endpoints`, over TLS (as the admin) when it is on.
+    pub fn client(&self, endpoints: impl IntoIterator<Item = String>) -> Client {
+        Client::with_tls(endpoints, self.client_tls()).unwrap()
+    }
+
+    /// Node `id`'s peer (Raft) address.
+    pub fn peer_addr(&self, id: u64) -> &str {
+        &self.peer_addrs[&id]
+    }
+
+    /// Runs the `wasmraft` CLI against every node (as the admin with TLS).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env("WASMRAFT_ENDPOINTS", self.endpoints(0).join(","));
+        if let Some(t) = &self.tls {
+            command.args(t.flags("admin"));
+        }
+        command.output().unwrap()
+    }
+
+    /// Every node's status, by id (`None`: no answer).
+    pub async fn statuses(&self) -> BTreeMap<u64, Option<StatusResponse>> {
+        let mut out = BTreeMap::new();
+        for id in self.ids() {
+            out.insert(id, status_of(self.addr(id), self.client_tls()).await);
+        }
+        out
     }
 
     /// Partitions node `id` from every other node, both ways, through the
@@ -105,8 +257,16 @@ impl Cluster {
 
     async fn cut_off(&self, id: u64, peers: Vec<u64>) {
         use wasmraft_proto::v1::{CutOffRequest, admin_client::AdminClient};
-        let mut admin = AdminClient::connect(format!("http://{}", self.addr(id))).await.expect("admin connection");
-        admin.cut_off(CutOffRequest { peers }).await.expect("cut off");
+        let tls = self.client_tls();
+        let channel = wasmraft_client::endpoint(self.addr(id), tls.as_ref())
+            .unwrap()
+            .connect()
+            .await
+            .expect("admin connection");
+        AdminClient::new(channel)
+            .cut_off(CutOffRequest { peers })
+            .await
+            .expect("cut off");
     }
 
     /// What node `id` has logged so far.
@@ -129,12 +289,21 @@ impl Cluster {
     /// Every endpoint, starting at the `first`-th (so clients spread out).
     pub fn endpoints(&self, first: usize) -> Vec<String> {
         let all: Vec<String> = self.addrs.values().cloned().collect();
-        (0..all.len()).map(|i| all[(first + i) % all.len()].clone()).collect()
+        (0..all.len())
+            .map(|i| all[(first + i) % all.len()].clone())
+            .collect()
     }
 
     fn spawn(&mut self, id: u64) {
-        assert!(!self.running.contains_key(&id), "node {id} is already running");
-        let log = File::options().create(true).append(true).open(self.dir().join(format!("n{id}.log"))).unwrap();
+        assert!(
+            !self.running.contains_key(&id),
+            "node {id} is already running"
+        );
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir().join(format!("n{id}.log")))
+            .unwrap();
         let child = Command::new(BIN)
             .args(["run", "--config"])
             .arg(self.dir().join(format!("n{id}.toml")))
@@ -150,7 +319,10 @@ impl Cluster {
 
     /// `kill -9` one node.
     pub fn kill9(&mut self, id: u64) {
-        let mut child = self.running.remove(&id).unwrap_or_else(|| panic!("node {id} is not running"));
+        let mut child = self
+            .running
+            .remove(&id)
+            .unwrap_or_else(|| panic!("node {id} is not running"));
         child.kill().unwrap();
         child.wait().unwrap();
         self.paused.remove(&id);
@@ -192,7 +364,7 @@ impl Cluster {
     pub async fn restart(&mut self, id: u64) {
         self.spawn(id);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while status_of(self.addr(id)).await.is_none() {
+        while status_of(self.addr(id), self.client_tls()).await.is_none() {
             assert!(Instant::now() < deadline, "node {id} did not come back");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -213,13 +385,16 @@ impl Cluster {
                 if !self.running.contains_key(&id) || self.paused.contains(&id) {
                     continue;
                 }
-                let status = status_of(self.addr(id)).await;
+                let status = status_of(self.addr(id), self.client_tls()).await;
                 if let Some(s) = &status {
                     if s.role == "leader" && best.is_none_or(|(term, _)| s.term > term) {
                         best = Some((s.term, id));
                     }
                 }
-                seen.push((id, status.map(|s| (s.role, s.term, s.leader_id, s.commit_index, s.applied_index))));
+                seen.push((
+                    id,
+                    status.map(|s| (s.role, s.term, s.leader_id, s.commit_index, s.applied_index)),
+                ));
             }
             if let Some((_, id)) = best {
                 return id;
@@ -239,7 +414,11 @@ impl Cluster {
             let lines: Vec<String> = File::open(&path)
                 .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
                 .unwrap_or_default();
-            out += &format!("---- {} (last 40 of {} lines)\n", path.display(), lines.len());
+            out += &format!(
+                "---- {} (last 40 of {} lines)\n",
+                path.display(),
+                lines.len()
+            );
             for l in &lines[lines.len().saturating_sub(40)..] {
                 out += l;
                 out.push('\n');
@@ -272,16 +451,22 @@ impl Drop for Cluster {
 }
 
 /// One node's status, or `None` if it does not answer within 300 ms.
-async fn status_of(addr: &str) -> Option<StatusResponse> {
-    let mut client = Client::new([addr]).ok()?;
-    tokio::time::timeout(Duration::from_millis(300), client.status()).await.ok()?.ok()
+pub async fn status_of(addr: &str, tls: Option<TlsConfig>) -> Option<StatusResponse> {
+    let mut client = Client::with_tls([addr], tls).ok()?;
+    tokio::time::timeout(Duration::from_millis(300), client.status())
+        .await
+        .ok()?
+        .ok()
 }
 
 /// A client of one node only, connected now (so that requests sent later
 /// while the node is paused are queued on an open connection).
 pub async fn pinned_client(addr: &str) -> Client {
     let mut client = Client::new([addr]).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), client.status()).await.expect("status timed out").expect("status");
+    tokio::time::timeout(Duration::from_secs(5), client.status())
+        .await
+        .expect("status timed out")
+        .expect("status");
     client
 }
 
@@ -312,12 +497,19 @@ pub fn range_request(key: &str, range_end: &[u8]) -> Vec<u8> {
 }
 
 pub fn range_kvs(bytes: &[u8]) -> Vec<(String, String)> {
-    let Some(Response::ResponseRange(r)) = ResponseOp::decode(bytes).expect("a ResponseOp").response else {
+    let Some(Response::ResponseRange(r)) =
+        ResponseOp::decode(bytes).expect("a ResponseOp").response
+    else {
         panic!("not a range response")
     };
     r.kvs
         .into_iter()
-        .map(|kv| (String::from_utf8(kv.key).unwrap(), String::from_utf8(kv.value).unwrap()))
+        .map(|kv| {
+            (
+                String::from_utf8(kv.key).unwrap(),
+                String::from_utf8(kv.value).unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -329,7 +521,13 @@ fn get_output(bytes: &[u8]) -> KvOutput {
 }
 
 /// Puts `key = value` and records it: ok, or unknown on any error or timeout.
-pub async fn recorded_put(rec: &KvRecorder, who: u64, client: &mut Client, key: &str, value: &str) -> bool {
+pub async fn recorded_put(
+    rec: &KvRecorder,
+    who: u64,
+    client: &mut Client,
+    key: &str,
+    value: &str,
+) -> bool {
     let op = rec.invoke(who, KvInput::put(key, value));
     match tokio::time::timeout(OP_TIMEOUT, client.propose(put_request(key, value))).await {
         Ok(Ok(_)) => {
@@ -408,7 +606,12 @@ pub fn seed(test: &str) -> u64 {
     let seed = std::env::var("WASMRAFT_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64);
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
     eprintln!("{test}: WASMRAFT_TEST_SEED={seed}");
     seed
 }
@@ -432,12 +635,20 @@ pub struct Stats {
 impl Stats {
     fn note_error(&self, e: &str) {
         // Group by the message up to the first digit (addresses, ids vary).
-        let short: String = e.chars().take_while(|c| !c.is_ascii_digit()).take(80).collect();
+        let short: String = e
+            .chars()
+            .take_while(|c| !c.is_ascii_digit())
+            .take(80)
+            .collect();
         *self.errors.lock().unwrap().entry(short).or_default() += 1;
     }
 
     pub fn summary(&self) -> String {
-        let p = |a: &[AtomicUsize; PHASES]| a.iter().map(|c| c.load(Ordering::Relaxed)).collect::<Vec<_>>();
+        let p = |a: &[AtomicUsize; PHASES]| {
+            a.iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect::<Vec<_>>()
+        };
         format!(
             "ok puts per phase {:?}, ok gets per phase {:?}, unknown puts {}, failed gets {}, errors {:?}",
             p(&self.ok_puts),
@@ -463,7 +674,12 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn start(cluster: &Cluster, clients: u64, reads: &'static [Consistency], seed: u64) -> Workload {
+    pub fn start(
+        cluster: &Cluster,
+        clients: u64,
+        reads: &'static [Consistency],
+        seed: u64,
+    ) -> Workload {
         let recorder = KvRecorder::new();
         let stats = Arc::new(Stats::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -475,7 +691,12 @@ impl Workload {
                 tokio::spawn(client_loop(c, endpoints, reads, rng, recorder, stats, stop))
             })
             .collect();
-        Workload { recorder, stats, stop, tasks }
+        Workload {
+            recorder,
+            stats,
+            stop,
+            tasks,
+        }
     }
 
     pub fn set_phase(&self, phase: usize) {
@@ -538,7 +759,12 @@ async fn client_loop(
         } else {
             let consistency = reads[rng.below(reads.len())];
             let op = rec.invoke(reader(id, consistency), KvInput::get(key));
-            match tokio::time::timeout(OP_TIMEOUT, client.query(range_request(key, b""), consistency)).await {
+            match tokio::time::timeout(
+                OP_TIMEOUT,
+                client.query(range_request(key, b""), consistency),
+            )
+            .await
+            {
                 Ok(Ok(bytes)) => {
                     op.ok(get_output(&bytes));
                     if same_phase(&stats) {
@@ -597,7 +823,11 @@ pub fn assert_linearizable(cluster: &Cluster, rec: &KvRecorder, what: &str) {
     if !report.result.is_ok() {
         cluster.save("verdict.txt", &format!("{}", report.result));
         let path = cluster.save("history.txt", &format!("{history}"));
-        panic!("{what}: {}\nfull history: {}", report.result, path.display());
+        panic!(
+            "{what}: {}\nfull history: {}",
+            report.result,
+            path.display()
+        );
     }
 }
 
@@ -611,7 +841,17 @@ pub fn spawn_probe(
     consistency: Consistency,
 ) -> tokio::task::JoinHandle<Result<KvOutput, bool>> {
     let rec = rec.clone();
-    tokio::spawn(async move { recorded_get(&rec, who, &mut client, key, consistency, Duration::from_secs(10)).await })
+    tokio::spawn(async move {
+        recorded_get(
+            &rec,
+            who,
+            &mut client,
+            key,
+            consistency,
+            Duration::from_secs(10),
+        )
+        .await
+    })
 }
 
 /// Puts `key = value` through `client` until it is acknowledged (10 s at
@@ -619,7 +859,10 @@ pub fn spawn_probe(
 pub async fn put_until_acked(rec: &KvRecorder, client: &mut Client, key: &str, value: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !recorded_put(rec, 100, client, key, value).await {
-        assert!(Instant::now() < deadline, "put {key} = {value} was never acknowledged");
+        assert!(
+            Instant::now() < deadline,
+            "put {key} = {value} was never acknowledged"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

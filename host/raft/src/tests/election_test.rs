@@ -232,7 +232,7 @@ fn follower_in_contact_with_a_leader_ignores_vote_and_pre_vote_requests() {
     for pre_vote in [true, false] {
         let body = MessageBody::RequestVote {
             pre_vote,
-            last: LogId::new(term + 5, 100),
+            last: LogId::new(term, 100),
             transfer: false,
         };
         c.node(2).step(msg(3, 2, term + 1, body)).unwrap();
@@ -242,7 +242,7 @@ fn follower_in_contact_with_a_leader_ignores_vote_and_pre_vote_requests() {
     // A transfer's election bypasses the guard.
     let body = MessageBody::RequestVote {
         pre_vote: false,
-        last: LogId::new(term + 5, 100),
+        last: LogId::new(term, 100),
         transfer: true,
     };
     c.node(2).step(msg(3, 2, term + 1, body)).unwrap();

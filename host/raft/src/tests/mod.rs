@@ -7,6 +7,7 @@
 pub(crate) mod mem_storage;
 
 mod election_test;
+mod hostile_input_test;
 mod membership_test;
 mod read_test;
 mod replication_test;
