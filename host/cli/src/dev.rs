@@ -81,8 +81,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         listeners.push(l);
     }
     // One cluster id per data directory: a restart finds its own.
-    let cluster_id =
-        wasmraft_node::derive_cluster_id(&format!("dev {}", data_dir.display()), &peers);
+    let cluster_id = wasmraft_node::derive_cluster_id(&format!("dev {}", data_dir.display()), &BTreeMap::new());
 
     let (stop_tx, stop) = watch::channel(false);
     let mut served = Vec::new();
