@@ -7,7 +7,7 @@ use wasmraft_proto::v1::membership_changes_client::MembershipChangesClient;
 use wasmraft_proto::v1::membership_changes_server::MembershipChanges;
 use wasmraft_proto::v1::{
     AddLearnerRequest, CutOffRequest, CutOffResponse, InjectDivergentWriteRequest,
-    InjectDivergentWriteResponse, Member, MemberRequest, MembersRequest, MembersResponse,
+    InjectDivergentWriteResponse, InjectFaultRequest, InjectFaultResponse, Member, MemberRequest, MembersRequest, MembersResponse,
     MembershipResponse, TransferLeaderRequest, TransferLeaderResponse,
 };
 
@@ -126,6 +126,23 @@ impl Admin for AdminService {
             .inject_divergent_write(&r.key, &r.value)
             .map_err(to_status)?;
         Ok(Response::new(InjectDivergentWriteResponse {}))
+    }
+
+    async fn inject_fault(
+        &self,
+        r: Request<InjectFaultRequest>,
+    ) -> Result<Response<InjectFaultResponse>, Status> {
+        self.addresses.admins().require(&r, "fault injection")?;
+        self.faults.check_enabled().map_err(Status::failed_precondition)?;
+        let worker = match r.into_inner().worker.as_str() {
+            "raft" => wasmraft_node::Worker::Raft,
+            "apply" => wasmraft_node::Worker::Apply,
+            other => {
+                return Err(Status::invalid_argument(format!("unknown worker {other:?} (raft or apply)")));
+            }
+        };
+        self.node.inject_fault(worker).map_err(to_status)?;
+        Ok(Response::new(InjectFaultResponse {}))
     }
 
     async fn members(

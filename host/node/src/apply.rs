@@ -29,6 +29,8 @@ pub(crate) enum ApplyTask {
     Apply(Vec<wasmraft_raft::Entry>),
     /// Make a snapshot from the leader current; answer on `done`.
     InstallSnapshot { meta: SnapshotMeta, data: SnapshotData, done: std::sync::mpsc::Sender<Result<(), String>> },
+    /// Fault injection: fail as a storage error would.
+    Fail,
 }
 
 pub(crate) struct ApplyWorker {
@@ -79,21 +81,31 @@ impl ApplyWorker {
                         return;
                     }
                 }
+                ApplyTask::Fail => {
+                    self.fail("fault injection: the apply worker failed".to_string());
+                    return;
+                }
                 ApplyTask::Apply(entries) => {
                     let result = split_batches(entries)
                         .into_iter()
                         .try_for_each(|batch| self.apply(batch).and_then(|()| self.maybe_snapshot()))
                         .map(|()| self.maybe_propose_hash_check());
                     if let Err(fatal) = result {
-                        tracing::error!(error = %fatal, "apply failed; this node stops applying");
-                        self.status.lock().fatal = Some(fatal.clone());
-                        for (_, (_, reply)) in std::mem::take(&mut self.waiters) {
-                            let _ = reply.send(Err(Error::Fatal(fatal.clone())));
-                        }
+                        self.fail(fatal);
                         return;
                     }
                 }
             }
+        }
+    }
+
+    /// Records an unrecoverable failure (the first one wins) and answers
+    /// every waiting client with it. The Raft loop sees it and stops too.
+    fn fail(&mut self, fatal: String) {
+        tracing::error!(error = %fatal, "apply failed; this node stops applying");
+        self.status.lock().set_fatal(fatal.clone());
+        for (_, (_, reply)) in std::mem::take(&mut self.waiters) {
+            let _ = reply.send(Err(Error::Fatal(fatal.clone())));
         }
     }
 

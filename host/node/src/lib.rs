@@ -36,7 +36,7 @@ pub use envelope::Envelope;
 pub use error::{Error, StartError};
 pub use kv_plugin::KV_PLUGIN;
 pub use local_cluster::LocalCluster;
-pub use node::{Applied, Consistency, Members, Node, NodeStatus, format_cluster_id};
+pub use node::{Applied, Consistency, Members, Node, NodeStatus, Worker, format_cluster_id};
 pub use state_machine::{QueryHandler, StateMachine};
 pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};
 pub use wasmraft_raft::{Membership, NodeId, Role};

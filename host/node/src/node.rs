@@ -92,6 +92,16 @@ pub struct NodeStatus {
     pub removed: bool,
 }
 
+impl NodeStatus {
+    /// Records an unrecoverable failure; the first cause wins. A fatal node
+    /// neither leads nor follows anyone.
+    pub(crate) fn set_fatal(&mut self, cause: String) {
+        self.fatal.get_or_insert(cause);
+        self.role = Role::Follower;
+        self.leader = None;
+    }
+}
+
 /// A running node: cheap to clone, all methods take `&self`.
 #[derive(Clone)]
 pub struct Node {
@@ -305,7 +315,7 @@ impl Node {
                         .unwrap_or_else(|| "(no message)".into());
                     let cause = format!("the {what} thread panicked: {message}");
                     tracing::error!(cause = %cause, "node failed");
-                    status.lock().fatal.get_or_insert(cause);
+                    status.lock().set_fatal(cause);
                 }
             };
             std::thread::Builder::new()
@@ -598,6 +608,14 @@ impl Node {
             .map_err(|e| Error::Fatal(e.to_string()))
     }
 
+    /// Makes one of this node's workers fail, to test the failure model.
+    /// Fault injection only: never call it otherwise.
+    #[doc(hidden)]
+    pub fn inject_fault(&self, worker: Worker) -> Result<(), Error> {
+        tracing::warn!(?worker, "fault injection: failing a worker");
+        self.send(LoopMsg::InjectFault(worker))
+    }
+
     /// Member addresses this node learned from the log.
     pub fn addresses(&self) -> BTreeMap<u64, String> {
         self.inner.addresses.read().clone()
@@ -683,6 +701,15 @@ impl Node {
     pub fn storage(&self) -> &Storage {
         &self.inner.storage
     }
+}
+
+/// A node's worker threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Worker {
+    /// The thread that owns the Raft core.
+    Raft,
+    /// The thread that applies committed entries.
+    Apply,
 }
 
 /// A cluster id as shown to operators: 16 hex digits.

@@ -74,6 +74,8 @@ pub(crate) enum LoopMsg {
     },
     /// The apply worker has applied through this index.
     Applied(Index),
+    /// Fault injection: make a worker fail.
+    InjectFault(crate::node::Worker),
     Shutdown,
 }
 
@@ -203,6 +205,10 @@ impl<T: Transport> RaftLoop<T> {
                                 .collect(),
                         });
                     }
+                    LoopMsg::InjectFault(crate::node::Worker::Raft) => panic!("fault injection: the raft thread panics"),
+                    LoopMsg::InjectFault(crate::node::Worker::Apply) => {
+                        let _ = self.apply_tx.send(ApplyTask::Fail);
+                    }
                     LoopMsg::Shutdown => return,
                 }
             }
@@ -224,7 +230,7 @@ impl<T: Transport> RaftLoop<T> {
             self.read_index(reads);
             if let Err(e) = self.handle_readies() {
                 tracing::error!(error = %e, "storage failed; stopping the raft loop");
-                self.status.lock().fatal = Some(e.clone());
+                self.status.lock().set_fatal(e.clone());
                 return;
             }
             if let Some((leader, term)) = self.transport.refused_as_non_member() {
@@ -247,9 +253,6 @@ impl<T: Transport> RaftLoop<T> {
             let fatal = self.status.lock().fatal.clone();
             if let Some(cause) = fatal {
                 tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
-                let mut st = self.status.lock();
-                st.role = Role::Follower;
-                st.leader = None;
                 return;
             }
         }
@@ -424,8 +427,10 @@ impl<T: Transport> RaftLoop<T> {
                     tracing::info!(term, role = ?soft.role, leader = %show(soft.leader), previous_leader = %show(st.leader),
                         previous_role = ?st.role, "raft role or leader changed");
                 }
-                st.role = soft.role;
-                st.leader = soft.leader;
+                if st.fatal.is_none() {
+                    st.role = soft.role;
+                    st.leader = soft.leader;
+                }
                 drop(st);
                 if soft.role != Role::Leader {
                     // Reads waiting on a round this node can no longer finish.
@@ -487,8 +492,10 @@ impl<T: Transport> RaftLoop<T> {
             st.term = s.term.0;
             st.commit = s.commit.0;
             st.last_index = s.last_index.0;
-            st.leader = s.leader;
-            st.role = s.role;
+            if st.fatal.is_none() {
+                st.leader = s.leader;
+                st.role = s.role;
+            }
             if st.membership != s.membership {
                 tracing::info!(membership = ?s.membership, "configuration changed");
                 let gone: Vec<u64> = st

@@ -248,6 +248,31 @@ impl Cluster {
         }
     }
 
+    /// Makes a worker of node `id` fail (`raft` or `apply`), through the
+    /// admin API's fault injection.
+    pub async fn inject_fault(&self, id: u64, worker: &str) {
+        use wasmraft_proto::v1::{InjectFaultRequest, admin_client::AdminClient};
+        let tls = self.client_tls();
+        let channel = wasmraft_client::endpoint(self.addr(id), tls.as_ref()).unwrap().connect().await.expect("admin connection");
+        AdminClient::new(channel).inject_fault(InjectFaultRequest { worker: worker.into() }).await.expect("inject a fault");
+    }
+
+    /// Waits up to `timeout` for node `id`'s process to exit by itself.
+    pub fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.running.get_mut(&id).unwrap_or_else(|| panic!("node {id} is not running"));
+            if let Some(status) = child.try_wait().unwrap() {
+                self.running.remove(&id);
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Restores every link.
     pub async fn heal(&self) {
         for id in self.ids() {
