@@ -16,8 +16,7 @@ use crate::forward::Forwarder;
 
 use crate::status::to_status;
 
-/// Metadata on a request one node forwarded to another.
-const FORWARDED: &str = "wasmraft-forwarded";
+use crate::forward::FORWARDED;
 
 /// The `wasmraft.v1.Admin` and `wasmraft.v1.MembershipChanges` services of one node.
 #[derive(Clone, Debug)]

@@ -79,6 +79,10 @@ impl Client for ClientService {
         &self,
         request: Request<ProposeRequest>,
     ) -> Result<Response<ProposeResponse>, Status> {
+        // Forwarded once at most: a node that got a forwarded proposal but
+        // does not lead (its hint was stale) answers "not the leader"
+        // instead of passing it on, so two nodes never bounce it.
+        let forwarded = request.metadata().contains_key(crate::forward::FORWARDED);
         let r = request.into_inner();
         match self
             .node
@@ -91,8 +95,8 @@ impl Client for ClientService {
             })),
             Err(wasmraft_node::Error::NotLeader {
                 leader: Some(leader),
-            }) if leader.0 != self.node.id() => match self.forwarder.client(leader.0) {
-                Some(mut client) => client.propose(r).await,
+            }) if leader.0 != self.node.id() && !forwarded => match self.forwarder.client(leader.0) {
+                Some(mut client) => client.propose(crate::forward::forwarded(r)).await,
                 None => Err(to_status(wasmraft_node::Error::NotLeader {
                     leader: Some(leader),
                 })),

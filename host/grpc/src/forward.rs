@@ -19,6 +19,16 @@ use wasmraft_proto::v1::client_client::ClientClient;
 use crate::auth::Admins;
 use crate::peer::PeerBook;
 
+/// Metadata on a request one node forwarded to another.
+pub(crate) const FORWARDED: &str = "wasmraft-forwarded";
+
+/// `message` as a request marked forwarded.
+pub(crate) fn forwarded<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(FORWARDED, "1".parse().expect("ascii"));
+    request
+}
+
 /// Member addresses and cached connections to the other nodes' client APIs.
 #[derive(Clone, Debug)]
 pub struct Forwarder {

@@ -154,11 +154,16 @@ impl<T: Transport> RaftLoop<T> {
                             );
                             continue;
                         }
-                        if let MessageBody::InstallSnapshot { meta } = &m.body {
-                            self.received_snapshot = Some((meta.last, data));
-                        }
+                        let MessageBody::InstallSnapshot { meta } = &m.body else { continue };
+                        let last = meta.last;
                         if let Err(e) = self.raw.step(m) {
                             tracing::warn!(error = %e, "dropped a snapshot message");
+                        }
+                        // The data is kept only if the core took the snapshot:
+                        // a stale one in the same drain must not replace the
+                        // data of one it accepted.
+                        if self.raw.pending_snapshot() == Some(last) {
+                            self.received_snapshot = Some((last, data));
                         }
                     }
                     LoopMsg::SnapshotSent { peer, ok } => self.raw.report_snapshot(peer, ok),

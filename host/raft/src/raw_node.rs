@@ -192,6 +192,12 @@ impl<L: LogReader> RawNode<L> {
         }
     }
 
+    /// The snapshot the core accepted and has not handed out in a `Ready`
+    /// yet: a driver keeps a received snapshot's data only if this names it.
+    pub fn pending_snapshot(&self) -> Option<LogId> {
+        self.raft.log.unstable_snapshot.as_ref().map(|m| m.last)
+    }
+
     /// Proposes a batch of commands: one append, one message per follower.
     /// Returns the indexes the entries got (all in the current term,
     /// [`Status::term`]); they commit only if an entry with the same index and

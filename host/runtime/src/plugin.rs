@@ -177,9 +177,18 @@ fn compile(engine: &PluginEngine, bytes: &[u8]) -> Result<Component, PluginError
 /// Wraps a core module that carries wit-bindgen's component type section
 /// into a component.
 fn componentize(module: &[u8]) -> Result<Vec<u8>, PluginError> {
-    wit_component::ComponentEncoder::default()
-        .module(module)
-        .and_then(|e| e.validate(true).encode())
+    // The encoder indexes into sections it trusts; a truncated or crafted
+    // module can make it panic. A plugin's bytes are untrusted input: they
+    // are validated first, and a panic that gets past that is a refusal,
+    // never a crash.
+    wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
+        .validate_all(module)
+        .map_err(|e| PluginError::Invalid(format!("not a valid core module: {e}")))?;
+    let encoded = std::panic::catch_unwind(|| {
+        wit_component::ComponentEncoder::default().module(module).and_then(|e| e.validate(true).encode())
+    })
+    .map_err(|_| PluginError::Invalid("a malformed core module (the component encoder could not read it)".into()))?;
+    encoded
         .map_err(|e| {
             PluginError::Invalid(format!(
                 "a core module must be built with wasmraft-sdk or wit-bindgen for the \

@@ -141,6 +141,27 @@ fn bad_binaries_are_refused_with_clear_errors() {
     assert!(matches!(err, PluginError::Incompatible(ref m) if m.contains("apply")), "{err}");
 }
 
+/// A core module (as `cargo build --target wasm32-unknown-unknown` makes
+/// it) cut anywhere is refused with an error, never a panic: the component
+/// encoder once panicked on one.
+#[test]
+fn a_truncated_core_module_is_refused_wherever_it_is_cut() {
+    let engine = PluginEngine::new(support::test_config()).unwrap();
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../plugins/target/wasm32-unknown-unknown/release/counter.wasm");
+    let module = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `cargo xtask plugins` first)", path.display()));
+    assert!(Plugin::load(&engine, &module).is_ok(), "the whole module loads");
+    let cuts: Vec<usize> = (1..64).map(|i| module.len() * i / 64).chain([9, 10, 11, 12, 20, 40, module.len() - 1]).collect();
+    for cut in cuts {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Plugin::load(&engine, &module[..cut])));
+        match result {
+            Ok(Err(PluginError::Invalid(_) | PluginError::Incompatible(_))) => {}
+            Ok(other) => panic!("cut at {cut} of {}: {:?}", module.len(), other.map(|_| "loaded")),
+            Err(_) => panic!("cut at {cut} of {}: the loader panicked", module.len()),
+        }
+    }
+}
+
 #[test]
 fn a_component_with_unknown_imports_is_refused_naming_them() {
     let engine = PluginEngine::new(support::test_config()).unwrap();

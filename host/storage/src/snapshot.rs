@@ -34,10 +34,18 @@ pub struct SnapshotData {
     pub system: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+/// The first key after every key that starts with `prefix` (the prefix
+/// with its last byte raised; `prefix + 0xff` would miss keys that continue
+/// with 0xff, such as a session id whose first byte is 0xff).
 fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
-    end.push(0xff);
-    end
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0xff; 64] // a prefix of 0xff bytes only: not one of ours
 }
 
 impl Storage {
@@ -161,9 +169,7 @@ impl Storage {
             for (k, v) in &data.state {
                 batch.put_cf(state, k, v);
             }
-            let mut end = SESSION_PREFIX.to_vec();
-            end.push(0xff);
-            batch.delete_range_cf(metacf, SESSION_PREFIX, end.as_slice());
+            batch.delete_range_cf(metacf, SESSION_PREFIX, prefix_end(SESSION_PREFIX).as_slice());
             for (id, v) in &data.sessions {
                 let mut k = SESSION_PREFIX.to_vec();
                 k.extend_from_slice(id);

@@ -131,3 +131,23 @@ fn a_corrupt_log_record_is_reported_not_used() {
     let err = s.read_entries(Index(1), Index(3)).unwrap_err();
     assert!(err.to_string().contains("corrupt log entry record at index 2: checksum mismatch"), "{err}");
 }
+
+/// Installing a snapshot replaces every client session, whatever its id:
+/// ids are random, and those starting with 0xff once survived the install
+/// (so replicas could make different exactly-once decisions).
+#[test]
+fn a_snapshot_replaces_every_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let none: [StateWrite<'_>; 0] = [];
+    let high = u64::MAX - 5; // first byte 0xff
+    s.apply(LogId::new(1, 3), none, [(7, Some(&b"old 7"[..])), (high, Some(&b"old high"[..]))]).unwrap();
+    let meta = wasmraft_raft::SnapshotMeta { last: LogId::new(2, 10), membership: Membership::new([NodeId(1)]) };
+    let data = wasmraft_storage::SnapshotData {
+        state: vec![(b"k".to_vec(), b"v".to_vec())],
+        sessions: vec![(9u64.to_be_bytes().to_vec(), b"new 9".to_vec())],
+        system: vec![],
+    };
+    s.install_snapshot(&meta, &data).unwrap();
+    assert_eq!(s.sessions().unwrap(), vec![(9, b"new 9".to_vec())]);
+}
