@@ -366,6 +366,56 @@ mod tests {
         );
     }
 
+    /// Whatever a peer's bytes decode to, conversion answers with a
+    /// message or an error, never a panic: arbitrary bytes, and valid
+    /// messages with fields set to extreme values.
+    #[test]
+    fn arbitrary_peer_bytes_never_panic() {
+        use prost::Message as _;
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let extremes = [0, 1, 2, MAX_TERM - 1, MAX_TERM, MAX_TERM + 1, u64::MAX - 1, u64::MAX];
+        let mut pick = move |n: u64| if n % 3 == 0 { extremes[(n / 3 % extremes.len() as u64) as usize] } else { n % 16 };
+        let (mut ok, mut refused) = (0u64, 0u64);
+        for round in 0..50_000u64 {
+            let wire = if round % 2 == 0 {
+                let bytes: Vec<u8> = (0..next() % 64).map(|_| next() as u8).collect();
+                match v1::RaftMessage::decode(bytes.as_slice()) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                }
+            } else {
+                let id = |n: u64| v1::LogId { term: pick(n), index: pick(n >> 8) };
+                let entries = (0..next() % 4)
+                    .map(|_| v1::Entry { log_id: Some(id(next())), payload: Some(Payload::Blank(v1::Blank {})) })
+                    .collect();
+                let body = match next() % 5 {
+                    0 => Body::AppendEntries(v1::AppendEntries { prev: Some(id(next())), entries, commit: pick(next()) }),
+                    1 => Body::RequestVote(v1::RequestVote { pre_vote: next() % 2 == 0, last: Some(id(next())), transfer: false }),
+                    2 => Body::Heartbeat(v1::Heartbeat { commit: pick(next()), token: next() }),
+                    3 => Body::AppendResponse(v1::AppendResponse { reject: true, index: pick(next()), hint: Some(id(next())) }),
+                    _ => Body::InstallSnapshot(v1::InstallSnapshotMessage {
+                        meta: Some(v1::SnapshotMeta { last: Some(id(next())), membership: None }),
+                    }),
+                };
+                v1::RaftMessage { from: pick(next()), to: pick(next()), term: pick(next()), body: Some(body) }
+            };
+            match from_message(wire) {
+                Ok(m) => {
+                    assert!(m.term.0 <= MAX_TERM && m.from != m.to && m.from.0 != 0);
+                    ok += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        assert!(ok > 1_000 && refused > 1_000, "both kinds exercised: {ok} accepted, {refused} refused");
+    }
+
     fn append(term: u64, prev: (u64, u64), entries: &[(u64, u64)]) -> v1::RaftMessage {
         message(Message {
             from: NodeId(1),

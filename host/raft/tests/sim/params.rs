@@ -45,6 +45,8 @@ pub struct Stats {
     pub transfers: u64,
     pub messages: u64,
     pub max_converge_steps: u64,
+    /// Malformed and out-of-range messages stepped in, every one refused.
+    pub hostile_refused: u64,
 }
 
 impl Stats {
@@ -61,6 +63,7 @@ impl Stats {
         self.transfers += o.transfers;
         self.messages += o.messages;
         self.max_converge_steps = self.max_converge_steps.max(o.max_converge_steps);
+        self.hostile_refused += o.hostile_refused;
     }
 }
 

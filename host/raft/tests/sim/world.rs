@@ -60,6 +60,9 @@ struct World {
     next_id: u64,
     stats: Stats,
     trace: Option<Vec<String>>,
+    /// Its own stream, so that hostile input leaves every seed's run as it
+    /// was: each hostile message must be refused and change nothing.
+    hostile_rng: Rng,
 }
 
 macro_rules! trace {
@@ -73,6 +76,7 @@ macro_rules! trace {
 }
 
 mod clients;
+mod hostile;
 
 /// Runs one seed; `Err` carries the violation (and the trace if `trace`).
 pub fn run_seed(seed: u64, opts: &Options, trace: bool) -> Result<Stats, String> {
@@ -134,6 +138,7 @@ impl World {
             },
             trace: trace.then(Vec::new),
             rng,
+            hostile_rng: Rng::new(super::rng::mix(seed, 0xB1_2A17)),
         };
         for id in 1..=w.p.pool {
             let disk = if id <= w.p.voters {
@@ -185,6 +190,7 @@ impl World {
         self.stats.steps += 1;
         if self.faults {
             self.inject_faults();
+            self.inject_hostile()?;
         }
         self.client_ops()?;
         let end = self.time + TICK;
