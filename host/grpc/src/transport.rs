@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prost::Message as _;
 use tonic::Request;
 use tonic::transport::ClientTlsConfig;
 
@@ -23,6 +24,10 @@ use crate::peer::{LEADER_TERM, PeerBook, REFUSAL, Refusal};
 const QUEUE: usize = 16 * 1024;
 /// The most messages sent in one batch.
 const BATCH: usize = 1024;
+/// The most bytes of messages in one batch (one alone may be larger): far
+/// below the gRPC message limit, so that large entries never make a batch
+/// the stream refuses (which broke the stream and lost the whole batch).
+const BATCH_BYTES: usize = 4 << 20;
 
 /// Pairs per snapshot chunk.
 const CHUNK_PAIRS: usize = 1024;
@@ -330,11 +335,28 @@ async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>
         let mut client = RaftClient::new(channel).max_encoding_message_size(64 << 20);
         let (batches, stream) = mpsc::channel::<RaftBatch>(64);
         let forward = async {
-            while let Some(first) = queue.recv().await {
+            // A message that did not fit the last batch opens the next one.
+            let mut carry: Option<RaftMessage> = None;
+            loop {
+                let first = match carry.take() {
+                    Some(m) => m,
+                    None => match queue.recv().await {
+                        Some(m) => m,
+                        None => return true, // the node stopped
+                    },
+                };
+                let mut bytes = first.encoded_len();
                 let mut messages = vec![first];
-                while messages.len() < BATCH {
+                while messages.len() < BATCH && bytes < BATCH_BYTES {
                     match queue.try_recv() {
-                        Ok(m) => messages.push(m),
+                        Ok(m) if bytes + m.encoded_len() > BATCH_BYTES => {
+                            carry = Some(m);
+                            break;
+                        }
+                        Ok(m) => {
+                            bytes += m.encoded_len();
+                            messages.push(m);
+                        }
                         Err(_) => break,
                     }
                 }
@@ -342,7 +364,6 @@ async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>
                     return false; // the stream broke: reconnect
                 }
             }
-            true // the node stopped
         };
         tokio::select! {
             stopped = forward => if stopped { return },
