@@ -48,6 +48,11 @@ async fn a_failed_leader_stops_as_a_whole(worker: &str) {
     let others: Vec<u64> = cluster.ids().into_iter().filter(|&id| id != leader).collect();
     let new_leader = cluster.leader_among(&others).await;
     assert_ne!(new_leader, leader);
+    // A fatal leader stops heartbeating at once: the others elect before
+    // its process exits (2 s after the failure). Had it kept leading until
+    // then, no election could end before 2 s plus an election timeout.
+    eprintln!("a new leader {:?} after the failure", started.elapsed());
+    assert!(started.elapsed() < Duration::from_millis(1800), "the failed leader kept leading for {:?}", started.elapsed());
     let endpoints: Vec<String> = others.iter().map(|&id| cluster.addr(id).to_string()).collect();
     let mut client = cluster.client(endpoints.clone());
     for i in 0..10 {

@@ -39,9 +39,9 @@ impl AdminService {
 
     /// The leader's membership client, when this node is not the leader
     /// and admin requests may be forwarded.
-    fn leader(&self, e: &wasmraft_node::Error) -> Option<MembershipChangesClient<Channel>> {
+    fn leader(&self, e: &wasmraft_node::Error, forwarded: bool) -> Option<MembershipChangesClient<Channel>> {
         self.addresses
-            .admin_leader(e)
+            .admin_leader(e, forwarded)
             .map(MembershipChangesClient::new)
     }
 }
@@ -53,6 +53,7 @@ impl MembershipChanges for AdminService {
         r: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.addresses.admins().require(&r, "a membership change")?;
+        let forwarded = r.metadata().contains_key(FORWARDED);
         let r = r.into_inner();
         if r.id == 0 || r.address.is_empty() {
             return Err(Status::invalid_argument(
@@ -61,8 +62,8 @@ impl MembershipChanges for AdminService {
         }
         match self.node.add_learner(r.id, &r.address).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
-            Err(e) => match self.leader(&e) {
-                Some(mut client) => client.add_learner(r).await,
+            Err(e) => match self.leader(&e, forwarded) {
+                Some(mut client) => client.add_learner(crate::forward::forwarded(r)).await,
                 None => Err(to_status(e)),
             },
         }
@@ -73,11 +74,12 @@ impl MembershipChanges for AdminService {
         r: Request<MemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.addresses.admins().require(&r, "a membership change")?;
+        let forwarded = r.metadata().contains_key(FORWARDED);
         let r = r.into_inner();
         match self.node.promote(r.id).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
-            Err(e) => match self.leader(&e) {
-                Some(mut client) => client.promote(r).await,
+            Err(e) => match self.leader(&e, forwarded) {
+                Some(mut client) => client.promote(crate::forward::forwarded(r)).await,
                 None => Err(to_status(e)),
             },
         }
@@ -88,11 +90,12 @@ impl MembershipChanges for AdminService {
         r: Request<MemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.addresses.admins().require(&r, "a membership change")?;
+        let forwarded = r.metadata().contains_key(FORWARDED);
         let r = r.into_inner();
         match self.node.remove_member(r.id).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
-            Err(e) => match self.leader(&e) {
-                Some(mut client) => client.remove(r).await,
+            Err(e) => match self.leader(&e, forwarded) {
+                Some(mut client) => client.remove(crate::forward::forwarded(r)).await,
                 None => Err(to_status(e)),
             },
         }
@@ -205,13 +208,14 @@ impl Admin for AdminService {
         self.addresses
             .admins()
             .require(&request, "a leader transfer")?;
+        let forwarded = request.metadata().contains_key(FORWARDED);
         let to = request.into_inner().to;
         match self.node.transfer_leader(to).await {
             Ok(()) => Ok(Response::new(TransferLeaderResponse {})),
-            Err(e) => match self.addresses.admin_leader(&e) {
+            Err(e) => match self.addresses.admin_leader(&e, forwarded) {
                 Some(channel) => {
                     AdminClient::new(channel)
-                        .transfer_leader(TransferLeaderRequest { to })
+                        .transfer_leader(crate::forward::forwarded(TransferLeaderRequest { to }))
                         .await
                 }
                 None => Err(to_status(e)),

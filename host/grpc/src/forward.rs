@@ -116,11 +116,12 @@ impl Forwarder {
     /// Where to forward an admin request that failed with `e`: the
     /// leader's channel, if `e` names another node as leader and admin
     /// requests may be forwarded at all.
-    pub fn admin_leader(&self, e: &Error) -> Option<Channel> {
+    /// A request that was itself `forwarded` is never passed on again.
+    pub fn admin_leader(&self, e: &Error, forwarded: bool) -> Option<Channel> {
         let Error::NotLeader { leader: Some(l) } = e else {
             return None;
         };
-        if l.0 == self.node.id() || self.admins.checked() {
+        if l.0 == self.node.id() || self.admins.checked() || forwarded {
             return None;
         }
         self.channel(l.0)

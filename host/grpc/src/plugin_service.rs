@@ -30,8 +30,8 @@ impl PluginService {
 
     /// The leader's client, when this node is not the leader and admin
     /// requests may be forwarded.
-    fn leader(&self, e: &Error) -> Option<PluginsClient<Channel>> {
-        let channel = self.addresses.admin_leader(e)?;
+    fn leader(&self, e: &Error, forwarded: bool) -> Option<PluginsClient<Channel>> {
+        let channel = self.addresses.admin_leader(e, forwarded)?;
         Some(PluginsClient::new(channel).max_encoding_message_size(MAX_REQUEST_BYTES))
     }
 }
@@ -49,14 +49,15 @@ fn info(p: wasmraft_node::PluginInfo) -> PluginInfo {
 impl Plugins for PluginService {
     async fn deploy(&self, r: Request<DeployRequest>) -> Result<Response<DeployResponse>, Status> {
         self.addresses.admins().require(&r, "plugin deploy")?;
+        let forwarded = r.metadata().contains_key(crate::forward::FORWARDED);
         let r = r.into_inner();
         match self.node.deploy_plugin(r.wasm.clone()).await {
             Ok((plugin, deployed_at)) => Ok(Response::new(DeployResponse {
                 plugin: Some(info(plugin)),
                 deployed_at,
             })),
-            Err(e) => match self.leader(&e) {
-                Some(mut client) => client.deploy(r).await,
+            Err(e) => match self.leader(&e, forwarded) {
+                Some(mut client) => client.deploy(crate::forward::forwarded(r)).await,
                 None => Err(to_status(e)),
             },
         }
@@ -80,10 +81,11 @@ impl Plugins for PluginService {
         r: Request<CheckHashesRequest>,
     ) -> Result<Response<CheckHashesResponse>, Status> {
         self.addresses.admins().require(&r, "a hash check")?;
+        let forwarded = r.metadata().contains_key(crate::forward::FORWARDED);
         match self.node.check_hashes().await {
             Ok(index) => Ok(Response::new(CheckHashesResponse { index })),
-            Err(e) => match self.leader(&e) {
-                Some(mut client) => client.check_hashes(r.into_inner()).await,
+            Err(e) => match self.leader(&e, forwarded) {
+                Some(mut client) => client.check_hashes(crate::forward::forwarded(r.into_inner())).await,
                 None => Err(to_status(e)),
             },
         }

@@ -33,43 +33,20 @@ const BATCH_BYTES: usize = 4 << 20;
 const CHUNK_PAIRS: usize = 1024;
 
 /// Sends Raft messages to peers over gRPC (dropping those to peers that
-/// [`crate::Faults`] cut off). Each peer gets two lanes, each a task that
-/// keeps one stream open on its own connection, reconnecting after
-/// failures, and sends whatever has queued up as one batch: one lane for
-/// log entries and their answers, one for everything else (heartbeats,
-/// votes, reads), so that a heartbeat never waits behind megabytes of
-/// entries and a leader busy with large writes keeps its followers from
-/// electing another. [`Transport::send`] only queues, so it never blocks
-/// the Raft loop.
+/// [`crate::Faults`] cut off). Each peer gets a task that keeps
+/// one stream open, reconnecting after failures, and sends whatever has
+/// queued up as one batch; [`Transport::send`] only queues, so it never
+/// blocks the Raft loop.
 #[derive(Debug)]
 pub struct GrpcTransport {
     self_id: u64,
     faults: crate::faults::Faults,
-    peers: HashMap<NodeId, Lanes>,
+    peers: HashMap<NodeId, mpsc::Sender<RaftMessage>>,
     addresses: BTreeMap<u64, String>,
     runtime: tokio::runtime::Handle,
     link: Link,
     /// Removed members: never dialed again.
     removed: std::collections::BTreeSet<u64>,
-}
-
-/// The two queues to one peer, each drained by its own task and stream.
-#[derive(Debug)]
-struct Lanes {
-    /// `AppendEntries` and `AppendResponse`: large, in order.
-    entries: mpsc::Sender<RaftMessage>,
-    /// Heartbeats, votes, reads, `TimeoutNow`: small, never behind entries.
-    control: mpsc::Sender<RaftMessage>,
-}
-
-impl Lanes {
-    fn open(id: u64, addr: &str, link: &Link, runtime: &tokio::runtime::Handle) -> Self {
-        let (entries, entries_rx) = mpsc::channel(QUEUE);
-        let (control, control_rx) = mpsc::channel(QUEUE);
-        runtime.spawn(peer_task(id, addr.to_string(), entries_rx, link.clone()));
-        runtime.spawn(peer_task(id, addr.to_string(), control_rx, link.clone()));
-        Self { entries, control }
-    }
 }
 
 /// What every stream to a peer shares: identity metadata, TLS, and where
@@ -142,7 +119,9 @@ impl GrpcTransport {
             if id == self_id {
                 continue;
             }
-            senders.insert(NodeId(id), Lanes::open(id, addr, &link, runtime));
+            let (tx, rx) = mpsc::channel(QUEUE);
+            runtime.spawn(peer_task(id, addr.clone(), rx, link.clone()));
+            senders.insert(NodeId(id), tx);
         }
         Self {
             self_id,
@@ -163,13 +142,11 @@ impl Transport for GrpcTransport {
                 continue;
             }
             match self.peers.get(&m.to) {
-                Some(lanes) => {
-                    let lane = if matches!(m.body, MessageBody::AppendEntries { .. } | MessageBody::AppendResponse { .. }) {
-                        &lanes.entries
-                    } else {
-                        &lanes.control
-                    };
-                    if lane.try_send(convert::message(m)).is_err() {
+                Some(tx) => {
+                    // One stream per peer, in order: the leader's follower
+                    // tracking reads a heartbeat answered before an append
+                    // as that append lost.
+                    if tx.try_send(convert::message(m)).is_err() {
                         tracing::debug!("peer queue full; dropping a message");
                     }
                 }
@@ -187,9 +164,10 @@ impl Transport for GrpcTransport {
         }
         tracing::info!(peer = id, %address, "learned a member's address");
         self.addresses.insert(id, address.to_string());
-        // New tasks for the new address; the old ones end with their queues.
-        let lanes = Lanes::open(id, address, &self.link, &self.runtime);
-        self.peers.insert(NodeId(id), lanes);
+        // A new task for the new address; the old one ends with its queue.
+        let (tx, rx) = mpsc::channel(QUEUE);
+        self.runtime.spawn(peer_task(id, address.to_string(), rx, self.link.clone()));
+        self.peers.insert(NodeId(id), tx);
     }
 
     fn remove_peer(&mut self, id: u64) {

@@ -104,6 +104,8 @@ impl ApplyWorker {
     fn fail(&mut self, fatal: String) {
         tracing::error!(error = %fatal, "apply failed; this node stops applying");
         self.status.lock().set_fatal(fatal.clone());
+        // Wake the Raft loop so that it stops leading now, not at its next tick.
+        let _ = self.raft.send(LoopMsg::Applied(self.last_applied.index));
         for (_, (_, reply)) in std::mem::take(&mut self.waiters) {
             let _ = reply.send(Err(Error::Fatal(fatal.clone())));
         }

@@ -301,6 +301,7 @@ impl Node {
             self_tx: raft_tx.clone(),
             max_catch_up_ticks: 4 * config.election_ticks,
             removed: removed.clone(),
+            dropped: Default::default(),
         };
         // A worker that panics records why, once, so that the other worker
         // and every caller see the node is dead rather than half-alive.

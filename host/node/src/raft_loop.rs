@@ -99,6 +99,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub self_tx: std::sync::mpsc::Sender<LoopMsg>,
     /// The most ticks replayed at once after a stall.
     pub max_catch_up_ticks: u64,
+    /// Messages the core refused: logged at most once a second.
+    pub dropped: Dropped,
     /// Ids removed from the cluster, shared with the node handle and
     /// persisted: a node compares each committed configuration with the
     /// one before it.
@@ -140,7 +142,7 @@ impl<T: Transport> RaftLoop<T> {
                     LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                     LoopMsg::Step(m) => {
                         if let Err(e) = self.raw.step(m) {
-                            tracing::warn!(error = %e, "dropped a message");
+                            self.dropped.note(&e);
                         }
                     }
                     LoopMsg::Applied(index) => self.raw.applied_to(index),
@@ -230,6 +232,13 @@ impl<T: Transport> RaftLoop<T> {
                     }
                     None => reads.push(reply),
                 }
+            }
+            // The apply worker failed: a node that cannot apply must not
+            // keep leading or voting, not even for the rest of this turn.
+            let fatal = self.status.lock().fatal.clone();
+            if let Some(cause) = fatal {
+                tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
+                return;
             }
             self.propose(proposals);
             self.read_index(reads);
@@ -533,5 +542,24 @@ fn propose_error(e: ProposeError) -> Error {
     match e {
         ProposeError::NotLeader { leader } => Error::NotLeader { leader },
         other => Error::Invalid(other.to_string()),
+    }
+}
+
+/// Counts messages the core refused and logs them at most once a second, so
+/// that a misbehaving peer cannot flood the log.
+#[derive(Debug, Default)]
+pub(crate) struct Dropped {
+    count: u64,
+    last_log: Option<Instant>,
+}
+
+impl Dropped {
+    fn note(&mut self, e: &wasmraft_raft::StepError) {
+        self.count += 1;
+        let now = Instant::now();
+        if self.last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            self.last_log = Some(now);
+            tracing::warn!(error = %e, dropped_so_far = self.count, "dropped a message");
+        }
     }
 }

@@ -24,6 +24,9 @@ fn shard(k: u64) {
     let stats = run_seeds(lo..hi, &opts);
     println!("shard {k}: seeds {lo}..{hi}: {stats:?}");
     assert_eq!(stats.runs, hi - lo);
+    // The hostile mode ran: malformed messages reached live nodes (every
+    // one refused, or the run would have failed).
+    assert!(hi == lo || stats.hostile_refused > 0, "no hostile message was stepped in");
 }
 
 #[test]

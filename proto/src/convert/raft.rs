@@ -380,7 +380,7 @@ mod tests {
             state
         };
         let extremes = [0, 1, 2, MAX_TERM - 1, MAX_TERM, MAX_TERM + 1, u64::MAX - 1, u64::MAX];
-        let mut pick = move |n: u64| if n % 3 == 0 { extremes[(n / 3 % extremes.len() as u64) as usize] } else { n % 16 };
+        let pick = move |n: u64| if n % 3 == 0 { extremes[(n / 3 % extremes.len() as u64) as usize] } else { n % 16 };
         let (mut ok, mut refused) = (0u64, 0u64);
         for round in 0..50_000u64 {
             let wire = if round % 2 == 0 {

@@ -87,6 +87,10 @@ impl<L: LogReader> Raft<L> {
 
     /// Follower: a heartbeat of the current term's leader.
     pub(crate) fn handle_heartbeat(&mut self, from: NodeId, commit: Index, token: u64) {
+        // An honest leader sends at most what this node has (it sends
+        // `min(matched, committed)`); a node that lost an unsynced tail, or a
+        // forged heartbeat, must not push the commit index past the log.
+        let commit = commit.min(self.log.last_index());
         if commit > self.log.committed {
             self.commit_to(commit);
         }

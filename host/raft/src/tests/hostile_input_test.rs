@@ -143,3 +143,14 @@ fn append_entries_out_of_order_or_against_committed_entries_are_refused() {
     // From this node's own id.
     refused(c.node(2), msg(2, 2, term, heartbeat()));
 }
+
+#[test]
+fn a_heartbeat_never_commits_past_the_log() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.elect(1);
+    let term = c.node(2).status().term.0;
+    let last = c.node(2).status().last_index;
+    c.node(2).step(msg(1, 2, term, MessageBody::Heartbeat { commit: Index(last.0 + 1000), token: 9 })).unwrap();
+    drive(c.node(2));
+    assert!(c.node(2).status().commit <= last, "commit beyond the last index");
+}

@@ -28,7 +28,7 @@ impl World {
         let (term, last) = (before.term.0, before.last_index.0);
         let blank = |t: u64, i: u64| Entry { log_id: LogId::new(t, i), payload: EntryPayload::Blank };
         let heartbeat = MessageBody::Heartbeat { commit: Index(0), token: 1 };
-        let kind = self.hostile_rng.range(0, 7);
+        let kind = self.hostile_rng.range(0, 6); // inclusive
         let (sender, at, body) = match kind {
             // A term that would overflow the core's arithmetic.
             0 => (from, u64::MAX - self.hostile_rng.range(0, 3), heartbeat),
