@@ -164,7 +164,10 @@ impl LocalCluster {
     /// Stops node `id` (as a crash would: it answers nothing more). Drop
     /// every handle to it before [`Self::restart`], which reopens its data.
     pub fn stop(&self, id: u64) {
-        if let Some(node) = self.registry.write().remove(&NodeId(id)) {
+        // The registry's lock is released before the node's threads are
+        // joined: its Raft thread may be waiting on that lock to send.
+        let node = self.registry.write().remove(&NodeId(id));
+        if let Some(node) = node {
             node.shutdown();
         }
     }
