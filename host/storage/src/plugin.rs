@@ -8,7 +8,7 @@ use wasmraft_raft::LogId;
 use crate::codec;
 use crate::error::StorageError;
 use crate::rocks::{CF_META, CF_STATE, KEY_APPLIED, Storage};
-use crate::state::StateWrite;
+use crate::state::{SESSION_PREFIX, StateWrite};
 
 const KEY_PLUGIN_RECORD: &[u8] = b"plugin/record";
 const KEY_PLUGIN_WASM: &[u8] = b"plugin/wasm";
@@ -87,18 +87,33 @@ impl Storage {
         Ok(())
     }
 
-    /// SHA-256 over the whole plugin keyspace, in key order (each key and
-    /// value prefixed with its length). Equal on replicas with equal state
-    /// at the same applied index. Reads under the state lock: call it from
-    /// the apply thread (the only writer) for an exact applied index.
+    /// SHA-256 over the whole plugin keyspace, then the client sessions
+    /// (the exactly-once table, which replicas must agree on as much as on
+    /// the state), each in key order, each key and value prefixed with its
+    /// length. Equal on replicas with equal state at the same applied index.
+    /// Call it from the apply thread (the only writer) for an exact applied
+    /// index: sessions are written in the same batch as the state.
     pub fn state_hash(&self) -> Result<[u8; 32], StorageError> {
         let mut hash = Sha256::new();
+        let mut add = |k: &[u8], v: &[u8]| {
+            hash.update((k.len() as u64).to_be_bytes());
+            hash.update(k);
+            hash.update((v.len() as u64).to_be_bytes());
+            hash.update(v);
+        };
         for item in self.db.iterator_cf(self.cf(CF_STATE), IteratorMode::Start) {
             let (k, v) = item?;
-            hash.update((k.len() as u64).to_be_bytes());
-            hash.update(&k);
-            hash.update((v.len() as u64).to_be_bytes());
-            hash.update(&v);
+            add(&k, &v);
+        }
+        // A marker no key-length prefix can equal: keys are far shorter.
+        add(&[0xff; 8], b"sessions");
+        let from = IteratorMode::From(SESSION_PREFIX, rocksdb::Direction::Forward);
+        for item in self.db.iterator_cf(self.cf(CF_META), from) {
+            let (k, v) = item?;
+            if !k.starts_with(SESSION_PREFIX) {
+                break;
+            }
+            add(&k, &v);
         }
         Ok(hash.finalize().into())
     }

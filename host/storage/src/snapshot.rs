@@ -14,7 +14,7 @@ use crate::log::encode_index;
 use crate::rocks::{CF_LOG, CF_META, CF_RAFT, CF_STATE, KEY_APPLIED, KEY_SNAPSHOT, Storage};
 
 const KEY_APPLIED_MEMBERSHIP: &[u8] = b"applied_membership";
-const SESSION_PREFIX: &[u8] = b"session/";
+use crate::state::SESSION_PREFIX;
 const ADDRESS_PREFIX: &[u8] = b"address/";
 
 /// Node records in `meta` that a snapshot carries as they are: the

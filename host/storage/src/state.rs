@@ -22,7 +22,8 @@ pub struct StateWrite<'a> {
 
 /// Client sessions (exactly-once retries) live in `meta` under this prefix,
 /// keyed by big-endian client id; the node owns the value format.
-const SESSION_PREFIX: &[u8] = b"session/";
+/// Where client sessions live in `meta`: `session/` + client id (BE).
+pub(crate) const SESSION_PREFIX: &[u8] = b"session/";
 
 fn session_key(client: u64) -> Vec<u8> {
     let mut k = SESSION_PREFIX.to_vec();

@@ -151,3 +151,19 @@ fn a_snapshot_replaces_every_session() {
     s.install_snapshot(&meta, &data).unwrap();
     assert_eq!(s.sessions().unwrap(), vec![(9, b"new 9".to_vec())]);
 }
+
+/// The keyspace hash that replicas compare covers the client sessions too:
+/// two replicas that agree on the state but not on an exactly-once record
+/// are told apart.
+#[test]
+fn the_keyspace_hash_covers_sessions() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (open(a.path()), open(b.path()));
+    for s in [&a, &b] {
+        s.apply(LogId::new(1, 3), [StateWrite { key: b"k", value: Some(b"v") }], [(7, Some(&b"seq 1"[..]))]).unwrap();
+    }
+    assert_eq!(a.state_hash().unwrap(), b.state_hash().unwrap());
+    let none: [StateWrite<'_>; 0] = [];
+    b.apply(LogId::new(1, 4), none, [(7, Some(&b"seq 2"[..]))]).unwrap();
+    assert_ne!(a.state_hash().unwrap(), b.state_hash().unwrap(), "a session differs");
+}
