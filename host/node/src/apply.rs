@@ -63,6 +63,7 @@ pub(crate) struct ApplyWorker {
 
 impl ApplyWorker {
     pub fn run(mut self) {
+        let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "apply");
         while let Ok(task) = self.tasks.recv() {
             match task {
                 ApplyTask::Await { index, term, reply } => {

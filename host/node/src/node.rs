@@ -100,6 +100,43 @@ impl NodeStatus {
         self.role = Role::Follower;
         self.leader = None;
     }
+
+    /// Replaces the cause `generic`, if it is the recorded one, with
+    /// `detailed`.
+    fn refine_fatal(&mut self, generic: &str, detailed: String) {
+        if self.fatal.as_deref() == Some(generic) {
+            self.fatal = Some(detailed);
+        } else {
+            self.set_fatal(detailed);
+        }
+    }
+}
+
+/// Held by a worker for its whole run: if the worker unwinds from a panic,
+/// the node is marked fatal before the worker's channels close, so that a
+/// client waiting on one sees "fatal", not a mere "stopped". (Locals drop
+/// before the worker itself.)
+pub(crate) struct FatalOnPanic {
+    status: Arc<Mutex<NodeStatus>>,
+    what: &'static str,
+}
+
+impl FatalOnPanic {
+    pub(crate) fn new(status: Arc<Mutex<NodeStatus>>, what: &'static str) -> Self {
+        Self { status, what }
+    }
+
+    fn cause(what: &str) -> String {
+        format!("the {what} thread panicked")
+    }
+}
+
+impl Drop for FatalOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.status.lock().set_fatal(Self::cause(self.what));
+        }
+    }
 }
 
 /// A running node: cheap to clone, all methods take `&self`.
@@ -316,7 +353,8 @@ impl Node {
                         .unwrap_or_else(|| "(no message)".into());
                     let cause = format!("the {what} thread panicked: {message}");
                     tracing::error!(cause = %cause, "node failed");
-                    status.lock().set_fatal(cause);
+                    // `FatalOnPanic` recorded it already, without the message.
+                    status.lock().refine_fatal(&FatalOnPanic::cause(&what), cause);
                 }
             };
             std::thread::Builder::new()

@@ -109,6 +109,7 @@ pub(crate) struct RaftLoop<T: Transport> {
 
 impl<T: Transport> RaftLoop<T> {
     pub fn run(mut self) {
+        let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "raft");
         let me = self.raw.status().id.0;
         if self.removed.read().contains(&me) {
             self.stop_as_removed("it was removed from the cluster before it stopped last time");
