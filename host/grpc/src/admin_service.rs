@@ -160,10 +160,7 @@ impl Admin for AdminService {
         if let Some(leader) = m.leader.filter(|l| l.0 != self.node.id() && !forwarded) {
             if let Some(channel) = self.addresses.channel(leader.0) {
                 let mut client = AdminClient::new(channel);
-                let mut request = Request::new(r.into_inner());
-                request
-                    .metadata_mut()
-                    .insert(FORWARDED, "1".parse().expect("ascii"));
+                let request = crate::forward::forwarded(r.into_inner());
                 let asked = tokio::time::timeout(
                     std::time::Duration::from_secs(2),
                     client.members(request),

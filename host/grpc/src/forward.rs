@@ -71,7 +71,7 @@ impl Forwarder {
     /// configuration.
     pub fn peer_address(&self, id: u64) -> Option<String> {
         if id == self.node.id() {
-            return Some(self.book.own_peer_address.read().clone());
+            return Some(self.book.own_peer_address.clone());
         }
         self.node
             .addresses()
@@ -83,7 +83,7 @@ impl Forwarder {
     /// The client address member `id` advertised, if it did.
     pub fn client_address(&self, id: u64) -> Option<String> {
         if id == self.node.id() {
-            return Some(self.book.own_client_address.read().clone());
+            return Some(self.book.own_client_address.clone());
         }
         self.book.client_addresses.read().get(&id).cloned()
     }

@@ -130,9 +130,9 @@ pub struct PeerBook {
     /// The cluster id (0 until a joining node first hears from its cluster).
     pub cluster_id: AtomicU64,
     /// This node's client address, advertised to its peers.
-    pub own_client_address: RwLock<String>,
+    pub own_client_address: String,
     /// This node's peer address.
-    pub own_peer_address: RwLock<String>,
+    pub own_peer_address: String,
     /// Peers' client addresses, as each advertised its own.
     pub client_addresses: RwLock<BTreeMap<u64, String>>,
     /// Whether peers are authenticated (mutual TLS with the cluster CA):
@@ -146,8 +146,8 @@ impl PeerBook {
     /// its peers `authenticated` by mutual TLS or not.
     pub fn new(client: String, peer: String, authenticated: bool) -> Arc<Self> {
         Arc::new(Self {
-            own_client_address: RwLock::new(client),
-            own_peer_address: RwLock::new(peer),
+            own_client_address: client,
+            own_peer_address: peer,
             authenticated,
             ..Default::default()
         })
@@ -162,7 +162,7 @@ impl PeerBook {
         }
         md.insert(FROM, from.to_string().parse().expect("digits"));
         md.insert(TO, to.to_string().parse().expect("digits"));
-        if let Ok(v) = self.own_client_address.read().parse() {
+        if let Ok(v) = self.own_client_address.parse() {
             md.insert(CLIENT_ADDRESS, v);
         }
         md

@@ -168,7 +168,7 @@ struct Inner {
     threads: Mutex<Vec<JoinHandle<()>>>,
     addresses: Arc<parking_lot::RwLock<BTreeMap<u64, String>>>,
     /// 0 until a joining node first hears from its cluster.
-    cluster_id: std::sync::atomic::AtomicU64,
+    cluster_id: Mutex<u64>,
     /// Ids removed from the cluster (written by the Raft loop).
     removed: Arc<parking_lot::RwLock<std::collections::BTreeSet<u64>>>,
 }
@@ -205,21 +205,14 @@ impl Node {
                 sync_log: config.sync_log,
             },
         )?;
-        if storage.is_empty()? && !config.join {
+        let bootstrapping = storage.is_empty()? && !config.join;
+        if bootstrapping {
             let voters = if config.bootstrap_voters.is_empty() {
                 vec![config.id]
             } else {
                 config.bootstrap_voters.clone()
             };
             storage.bootstrap(&Membership::new(voters.into_iter().map(NodeId)))?;
-            if storage.cluster_id()?.is_none() {
-                let id = if config.cluster_id != 0 {
-                    config.cluster_id
-                } else {
-                    random_cluster_id()
-                };
-                storage.set_cluster_id(id)?;
-            }
         }
         let cluster_id = match storage.cluster_id()? {
             Some(stored) => {
@@ -229,12 +222,18 @@ impl Node {
                 }
                 stored
             }
-            // A data directory from before cluster ids: fix one now.
-            None if config.cluster_id != 0 => {
-                storage.set_cluster_id(config.cluster_id)?;
-                config.cluster_id
+            // Fixed now: the configured id, a random one for a new cluster,
+            // or none yet for a joining node (its first peer's, later).
+            None => {
+                let id = match config.cluster_id {
+                    0 if bootstrapping => random_cluster_id(),
+                    configured => configured,
+                };
+                if id != 0 {
+                    storage.set_cluster_id(id)?;
+                }
+                id
             }
-            None => 0,
         };
 
         let loader = Loader {
@@ -388,7 +387,7 @@ impl Node {
                 threads: Mutex::new(threads),
                 addresses,
                 loader,
-                cluster_id: std::sync::atomic::AtomicU64::new(cluster_id),
+                cluster_id: Mutex::new(cluster_id),
                 removed,
             }),
         })
@@ -397,35 +396,23 @@ impl Node {
     /// The id of this node's cluster; `None` while a joining node has not
     /// heard from its cluster yet.
     pub fn cluster_id(&self) -> Option<u64> {
-        Some(
-            self.inner
-                .cluster_id
-                .load(std::sync::atomic::Ordering::Acquire),
-        )
-        .filter(|&id| id != 0)
+        Some(*self.inner.cluster_id.lock()).filter(|&id| id != 0)
     }
 
     /// Takes `id` as the cluster id if none is fixed yet (a joining node,
     /// on first contact), durably. Returns whether `id` is this node's
     /// cluster id.
     pub fn adopt_cluster_id(&self, id: u64) -> Result<bool, Error> {
-        use std::sync::atomic::Ordering;
         if id == 0 {
             return Ok(false);
         }
-        let _guard = self.inner.threads.lock(); // one adopter at a time
-        match self.inner.cluster_id.load(Ordering::Acquire) {
-            0 => {
-                self.inner
-                    .storage
-                    .set_cluster_id(id)
-                    .map_err(|e| Error::Fatal(e.to_string()))?;
-                self.inner.cluster_id.store(id, Ordering::Release);
-                tracing::info!(cluster_id = %format_cluster_id(id), "joined cluster");
-                Ok(true)
-            }
-            current => Ok(current == id),
+        let mut current = self.inner.cluster_id.lock(); // one adopter at a time
+        if *current == 0 {
+            self.inner.storage.set_cluster_id(id).map_err(|e| Error::Fatal(e.to_string()))?;
+            *current = id;
+            tracing::info!(cluster_id = %format_cluster_id(id), "joined cluster");
         }
+        Ok(*current == id)
     }
 
     /// Whether `id` was removed from the cluster (as this node saw its
