@@ -239,3 +239,31 @@ pub fn uri(addr: &str, tls: bool) -> String {
         format!("http://{addr}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files from an operator may be anything: garbage, empty, a key where a
+    /// certificate belongs. Each is a clear error at start, never a panic.
+    #[test]
+    fn unusable_files_are_clear_errors() {
+        let settings = |cert: &[u8], key: &[u8], ca: &[u8]| TlsSettings {
+            cert_pem: cert.to_vec(),
+            key_pem: key.to_vec(),
+            ca_pem: ca.to_vec(),
+            client_ca_pem: None,
+            client_cert_auth: true,
+            admins: vec![],
+        };
+        let garbage = b"-----BEGIN CERTIFICATE-----\n@@@@\n-----END CERTIFICATE-----\n";
+        for (cert, key, ca) in [
+            (&b""[..], &b""[..], &b""[..]),
+            (&garbage[..], &b"not a key"[..], &garbage[..]),
+            (&[0xffu8; 4096][..], &[0u8; 10][..], &[0x2du8; 100][..]),
+        ] {
+            let err = settings(cert, key, ca).validate().unwrap_err();
+            assert!(err.to_string().starts_with("tls: "), "{err}");
+        }
+    }
+}

@@ -262,14 +262,6 @@ impl<T: Transport> RaftLoop<T> {
                 self.stop_as_removed("a committed configuration removed it");
                 return;
             }
-            // The apply worker failed: a node that cannot apply must not
-            // keep leading or voting. Stopping here lets the others elect a
-            // leader within an election timeout.
-            let fatal = self.status.lock().fatal.clone();
-            if let Some(cause) = fatal {
-                tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
-                return;
-            }
         }
     }
 
@@ -298,6 +290,16 @@ impl<T: Transport> RaftLoop<T> {
             reason = why,
             "this node was removed from the cluster; it stops serving"
         );
+        // Recorded like any removal, so that a restart finds it removed too
+        // (a leader's word may be all this node ever hears of it).
+        let me = self.raw.status().id.0;
+        let mut removed = self.removed.write();
+        if removed.insert(me) {
+            if let Err(e) = self.storage.set_removed_members(&removed) {
+                tracing::error!(error = %e, "cannot record this node's removal");
+            }
+        }
+        drop(removed);
         let mut st = self.status.lock();
         st.removed = true;
         st.role = Role::Follower;
