@@ -155,12 +155,12 @@ pub struct LimitsSection {
     pub fuel_per_entry: u64,
     pub memory_limit_bytes: usize,
     pub max_wasm_stack_bytes: usize,
-    pub max_key_bytes: usize,
-    pub max_value_bytes: usize,
     pub query_instances: usize,
     pub watchdog_ms: u64,
     pub request_timeout_ms: u64,
-    pub max_command_bytes: usize,
+    /// The one client limit; the plugin store limits follow from it.
+    #[serde(alias = "max_command_bytes")]
+    pub max_request_bytes: usize,
 }
 
 impl Default for LimitsSection {
@@ -171,12 +171,10 @@ impl Default for LimitsSection {
             fuel_per_entry: p.fuel_per_entry,
             memory_limit_bytes: p.memory_limit_bytes,
             max_wasm_stack_bytes: p.max_wasm_stack_bytes,
-            max_key_bytes: p.max_key_bytes,
-            max_value_bytes: p.max_value_bytes,
             query_instances: p.query_instances,
             watchdog_ms: p.watchdog_ms,
             request_timeout_ms: n.request_timeout.as_millis() as u64,
-            max_command_bytes: n.max_command_bytes,
+            max_request_bytes: n.max_request_bytes,
         }
     }
 }
@@ -242,7 +240,7 @@ impl FileConfig {
     }
 
     pub fn node_config(&self) -> NodeConfig {
-        NodeConfig {
+        let mut config = NodeConfig {
             bootstrap_voters: self
                 .peer_addresses()
                 .map(|p| p.keys().copied().collect())
@@ -260,16 +258,16 @@ impl FileConfig {
                 fuel_per_entry: self.limits.fuel_per_entry,
                 memory_limit_bytes: self.limits.memory_limit_bytes,
                 max_wasm_stack_bytes: self.limits.max_wasm_stack_bytes,
-                max_key_bytes: self.limits.max_key_bytes,
-                max_value_bytes: self.limits.max_value_bytes,
                 query_instances: self.limits.query_instances,
                 watchdog_ms: self.limits.watchdog_ms,
+                ..PluginConfig::default()
             },
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
-            max_command_bytes: self.limits.max_command_bytes,
             cluster_id: self.cluster_id().unwrap_or(0),
             ..NodeConfig::default()
-        }
+        };
+        config.set_max_request_bytes(self.limits.max_request_bytes);
+        config
     }
 }
 

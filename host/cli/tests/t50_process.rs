@@ -388,3 +388,46 @@ fn prefix_request(prefix: &str) -> Vec<u8> {
     RequestOp { request: Some(Request::RequestRange(RangeRequest { key: prefix.into(), range_end: end, ..Default::default() })) }
         .encode_to_vec()
 }
+
+/// The one request limit over real gRPC, on the leader and through a
+/// follower's forwarding: exactly the limit is stored, one byte more is
+/// `INVALID_ARGUMENT` with both sizes and takes no log index.
+#[test]
+fn the_request_limit_is_exact_over_grpc() {
+    let limit = wasmraft_node::DEFAULT_MAX_REQUEST_BYTES;
+    let of_size = |key: &str, len: usize| {
+        let mut value = len - key.len() - 16;
+        loop {
+            let cmd = put_request(key, &"v".repeat(value));
+            if cmd.len() >= len {
+                assert_eq!(cmd.len(), len);
+                return cmd;
+            }
+            value += 1;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let node = DevNode::start(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        for endpoint in node.endpoint.split(',') {
+            let mut client = Client::new([endpoint]).unwrap();
+            client.propose(of_size(endpoint, limit)).await.expect("a request of exactly the limit");
+            let before = client.status().await.unwrap().last_index;
+            let wasmraft_client::ClientError::Status(status) =
+                client.propose(of_size("over", limit + 1)).await.unwrap_err()
+            else {
+                panic!("not a status")
+            };
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            let expected = format!("request of {} bytes exceeds max_request_bytes ({limit} bytes)", limit + 1);
+            assert!(status.message().contains(&expected), "{status:?}");
+            assert_eq!(client.status().await.unwrap().last_index, before, "a refused request took a log index");
+            let bytes = client.query(get_request(endpoint), Consistency::Linearizable).await.unwrap();
+            let Some(Response::ResponseRange(r)) = ResponseOp::decode(bytes.as_slice()).unwrap().response else {
+                panic!("not a range response")
+            };
+            assert_eq!(r.kvs.len(), 1, "the put of exactly the limit through {endpoint} was not stored");
+        }
+    });
+}

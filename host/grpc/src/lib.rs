@@ -99,8 +99,10 @@ pub async fn serve(
                 .max_decoding_message_size(plugin_service::MAX_REQUEST_BYTES),
         )
         .add_service(
+            // Room above the request limit for the envelope, so that an
+            // oversized request gets the node's exact error, not tonic's.
             ClientServer::new(ClientService::new(serving.node.clone(), forwarder))
-                .max_decoding_message_size(4 << 20),
+                .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
         );
     let peer_router = tonic::transport::Server::builder().add_service(
         RaftServer::new(RaftService::new(

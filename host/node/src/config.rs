@@ -24,8 +24,10 @@ pub struct NodeConfig {
     pub plugin: PluginConfig,
     /// How long a request may wait for commit or a read index.
     pub request_timeout: Duration,
-    /// The largest command a client may propose.
-    pub max_command_bytes: usize,
+    /// The one limit on what a client sends: the largest command it may
+    /// propose or query it may ask, in bytes (default 1.5 MiB, as etcd's
+    /// `--max-request-bytes`). Checked before anything enters the log.
+    pub max_request_bytes: usize,
     /// Seed of the election jitter (default: derived from the id).
     pub seed: Option<u64>,
     /// The voters of a new cluster, used once when the data directory is
@@ -61,7 +63,7 @@ impl Default for NodeConfig {
             sync_log: true,
             plugin: PluginConfig::default(),
             request_timeout: Duration::from_secs(5),
-            max_command_bytes: 2 << 20,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             seed: None,
             bootstrap_voters: Vec::new(),
             snapshot_entries: 10_000,
@@ -73,7 +75,22 @@ impl Default for NodeConfig {
     }
 }
 
+/// etcd's default `--max-request-bytes`.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 << 10;
+
+/// Room a plugin's store limits leave above the request limit, for what a
+/// plugin adds to a request's key or value (prefixes, metadata).
+pub const STORE_HEADROOM_BYTES: usize = 64 << 10;
+
 impl NodeConfig {
+    /// Sets the request limit and the plugin store limits that follow from
+    /// it, so that no request within the limit can trap on a store limit.
+    pub fn set_max_request_bytes(&mut self, bytes: usize) {
+        self.max_request_bytes = bytes;
+        self.plugin.max_key_bytes = bytes.saturating_add(STORE_HEADROOM_BYTES);
+        self.plugin.max_value_bytes = bytes.saturating_add(STORE_HEADROOM_BYTES);
+    }
+
     /// Where compiled plugins are cached.
     pub fn plugin_cache_dir(&self) -> PathBuf {
         self.plugin_cache.clone().unwrap_or_else(|| {
@@ -97,8 +114,18 @@ impl NodeConfig {
                     .into(),
             );
         }
-        if self.max_command_bytes == 0 {
-            return Err("max_command_bytes must be positive".into());
+        if self.max_request_bytes == 0 {
+            return Err("max_request_bytes must be positive".into());
+        }
+        // A request within the limit must never fail later on a store limit
+        // (a trap after it took a log index): the store limits sit above it.
+        let store = self.plugin.max_key_bytes.min(self.plugin.max_value_bytes);
+        if store < self.max_request_bytes {
+            return Err(format!(
+                "the plugin store limits (max_key_bytes, max_value_bytes) must be at least \
+                 max_request_bytes ({}); use NodeConfig::set_max_request_bytes",
+                self.max_request_bytes
+            ));
         }
         self.plugin.validate()
     }

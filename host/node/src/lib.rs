@@ -29,7 +29,9 @@ mod state_machine;
 mod system;
 mod transport;
 
-pub use config::{NodeConfig, derive_cluster_id};
+pub use config::{
+    DEFAULT_MAX_REQUEST_BYTES, NodeConfig, STORE_HEADROOM_BYTES, derive_cluster_id,
+};
 pub use deploy::MAX_PLUGIN_BYTES;
 pub use divergence::HashCheck;
 pub use envelope::Envelope;

@@ -448,13 +448,7 @@ impl Node {
         sequence: u64,
     ) -> Result<Applied, Error> {
         self.check_alive()?;
-        if command.len() > self.inner.config.max_command_bytes {
-            return Err(Error::Invalid(format!(
-                "command of {} bytes exceeds the limit of {}",
-                command.len(),
-                self.inner.config.max_command_bytes
-            )));
-        }
+        self.check_request_size(&command)?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Propose {
             command,
@@ -472,6 +466,7 @@ impl Node {
         consistency: Consistency,
     ) -> Result<Vec<u8>, Error> {
         self.check_alive()?;
+        self.check_request_size(&request)?;
         let index = match consistency {
             Consistency::Eventual => self.inner.commit_at_start,
             Consistency::Linearizable => {
@@ -495,6 +490,24 @@ impl Node {
         let view: Arc<dyn StateView> =
             Arc::new(StorageView(self.inner.storage.consistent_reader()));
         queries.query(view, &request).map_err(Error::from)
+    }
+
+    /// The one client limit (`max_request_bytes`), exact and checked before
+    /// the log: a request within it cannot fail later on a store limit.
+    fn check_request_size(&self, request: &[u8]) -> Result<(), Error> {
+        let limit = self.inner.config.max_request_bytes;
+        if request.len() > limit {
+            return Err(Error::Invalid(format!(
+                "request of {} bytes exceeds max_request_bytes ({limit} bytes)",
+                request.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The one client limit, for transports to size their message limits.
+    pub fn max_request_bytes(&self) -> usize {
+        self.inner.config.max_request_bytes
     }
 
     async fn wait_applied(&self, index: u64) -> Result<(), Error> {

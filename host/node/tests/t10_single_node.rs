@@ -102,7 +102,7 @@ async fn bad_commands_get_clear_errors_and_change_nothing() {
     assert!(matches!(err, Error::Invalid(ref m) if m.contains("key is not provided")), "{err}");
     let huge = put("big", &"x".repeat(3 << 20));
     let err = node.propose(huge).await.unwrap_err();
-    assert!(matches!(err, Error::Invalid(ref m) if m.contains("exceeds the limit")), "{err}");
+    assert!(matches!(err, Error::Invalid(ref m) if m.contains("exceeds max_request_bytes")), "{err}");
     let err = node.query(vec![0xff], Consistency::Linearizable).await.unwrap_err();
     assert!(matches!(err, Error::Invalid(_)), "{err}");
 
@@ -111,6 +111,57 @@ async fn bad_commands_get_clear_errors_and_change_nothing() {
     // Refused entries still took a log index, but wrote nothing.
     assert!(node.status().applied >= applied + 2);
     node.shutdown();
+}
+
+/// A put whose encoded request is exactly `len` bytes.
+fn put_of_size(key: &str, len: usize) -> Vec<u8> {
+    let mut value = len.saturating_sub(key.len() + 16);
+    loop {
+        let cmd = put(key, &"v".repeat(value));
+        match cmd.len().cmp(&len) {
+            std::cmp::Ordering::Equal => return cmd,
+            std::cmp::Ordering::Less => value += 1,
+            std::cmp::Ordering::Greater => panic!("no put of exactly {len} bytes"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_limit_is_exact_and_checked_before_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    let limit = wasmraft_node::DEFAULT_MAX_REQUEST_BYTES;
+    assert_eq!(node.max_request_bytes(), limit);
+
+    // Exactly the limit: accepted and stored, however the size is split
+    // between key and value (long keys included).
+    node.propose(put_of_size("exact", limit)).await.expect("a request of exactly the limit");
+    let long_key = "k".repeat(64 << 10);
+    node.propose(put_of_size(&long_key, limit)).await.expect("a long key within the limit");
+    node.propose(put(&"k".repeat(4096), "v")).await.expect("a 4 KiB key");
+    let stored = get(&node, "exact", Consistency::Linearizable).await.expect("stored");
+    assert!(stored.len() > limit - 32, "{}", stored.len());
+
+    // One byte more: refused with both sizes, and no log index taken.
+    let last = node.status().last_index;
+    let err = node.propose(put_of_size("over", limit + 1)).await.unwrap_err();
+    let expected = format!("request of {} bytes exceeds max_request_bytes ({limit} bytes)", limit + 1);
+    assert!(matches!(err, Error::Invalid(ref m) if *m == expected), "{err}");
+    let err = node.query(vec![0; limit + 1], Consistency::Linearizable).await.unwrap_err();
+    assert!(matches!(err, Error::Invalid(ref m) if m.contains("exceeds max_request_bytes")), "{err}");
+    assert_eq!(node.status().last_index, last, "a refused request entered the log");
+    assert_eq!(get(&node, "over", Consistency::Linearizable).await, None);
+    node.shutdown();
+}
+
+#[test]
+fn a_request_limit_above_the_store_limits_is_a_clear_error() {
+    let mut config = NodeConfig::default();
+    config.max_request_bytes = config.plugin.max_value_bytes + 1;
+    let err = config.validate().unwrap_err();
+    assert!(err.contains("must be at least max_request_bytes"), "{err}");
+    config.set_max_request_bytes(8 << 20);
+    config.validate().expect("set_max_request_bytes keeps the store limits above");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,9 +11,10 @@ pub struct PluginConfig {
     pub memory_limit_bytes: usize,
     /// The largest wasm stack, in bytes.
     pub max_wasm_stack_bytes: usize,
-    /// The longest key a plugin may store.
+    /// The longest key a plugin may store. A guard on what a plugin writes,
+    /// not a client limit: the node keeps it above its request limit.
     pub max_key_bytes: usize,
-    /// The longest value a plugin may store.
+    /// The longest value a plugin may store (same).
     pub max_value_bytes: usize,
     /// Instances kept warm for queries.
     pub query_instances: usize,
@@ -30,8 +31,9 @@ impl Default for PluginConfig {
             fuel_per_entry: 50_000_000,
             memory_limit_bytes: 64 << 20,
             max_wasm_stack_bytes: 512 << 10,
-            max_key_bytes: 4 << 10,
-            max_value_bytes: 1536 << 10,
+            // The node's default request limit (1.5 MiB) plus 64 KiB.
+            max_key_bytes: 1600 << 10,
+            max_value_bytes: 1600 << 10,
             query_instances: 4,
             watchdog_ms: 30_000,
         }
