@@ -64,7 +64,15 @@ pub(crate) struct ApplyWorker {
 impl ApplyWorker {
     pub fn run(mut self) {
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "apply");
-        while let Ok(task) = self.tasks.recv() {
+        let mut next = None;
+        loop {
+            let task = match next.take() {
+                Some(task) => task,
+                None => match self.tasks.recv() {
+                    Ok(task) => task,
+                    Err(_) => return,
+                },
+            };
             match task {
                 ApplyTask::Await { index, term, reply } => {
                     if index <= self.last_applied.index {
@@ -94,6 +102,16 @@ impl ApplyWorker {
                     if let Err(fatal) = result {
                         self.fail(fatal);
                         return;
+                    }
+                    match self.tasks.try_recv() {
+                        Ok(task) => next = Some(task),
+                        Err(std::sync::mpsc::TryRecvError::Empty) => {
+                            if let Err(fatal) = self.state_machine.idle() {
+                                self.fail(fatal.0);
+                                return;
+                            }
+                        }
+                        Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
                     }
                 }
             }

@@ -18,6 +18,12 @@ use wasmraft_storage::StateReader;
 pub trait StateMachine: Send + 'static {
     /// Applies `entries` over `state` (the committed keyspace).
     fn apply(&mut self, state: Arc<dyn StateView>, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal>;
+
+    /// Called when the apply loop has nothing to do: a chance to prepare
+    /// the next batch off the clients' path.
+    fn idle(&mut self) -> Result<(), Fatal> {
+        Ok(())
+    }
 }
 
 /// Answers read-only queries, concurrently with `apply`.
@@ -30,6 +36,10 @@ pub trait QueryHandler: Send + Sync + 'static {
 impl StateMachine for Applier {
     fn apply(&mut self, state: Arc<dyn StateView>, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal> {
         Applier::apply(self, state, entries)
+    }
+
+    fn idle(&mut self) -> Result<(), Fatal> {
+        self.prepare()
     }
 }
 

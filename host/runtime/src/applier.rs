@@ -49,15 +49,21 @@ pub struct ApplyBatch {
 
 type WitOutcome = Result<wit::Applied, wit::ApplyError>;
 
-/// Applies committed entries through one long-lived plugin instance. Owned
-/// by the apply thread: calls are sequential.
+/// Applies committed entries. Owned by the apply thread: calls are
+/// sequential.
+///
+/// Every call runs on a fresh instance. What a call leaves in linear memory
+/// (heap growth, fragmentation, caches) would otherwise change the fuel and
+/// memory the next entries use, and other replicas cut their batches
+/// differently (and start from a fresh instance after a restart): an entry
+/// near a limit could fail on one replica and not on another.
 pub struct Applier {
     plugin: Arc<Plugin>,
     store: Store<PluginCtx>,
     instance: StateMachine,
     raw: Instance,
-    /// The instance trapped: its memory may be inconsistent, replace it.
-    poisoned: bool,
+    /// The instance has run a call (or trapped): replace it before the next.
+    used: bool,
 }
 
 impl std::fmt::Debug for Applier {
@@ -70,7 +76,7 @@ impl Applier {
     /// Instantiates the plugin for applying.
     pub fn new(plugin: Arc<Plugin>) -> Result<Self, Fatal> {
         let (store, instance, raw) = plugin.instantiate(false).map_err(fatal_start)?;
-        Ok(Self { plugin, store, instance, raw, poisoned: false })
+        Ok(Self { plugin, store, instance, raw, used: false })
     }
 
     /// The plugin this applier runs.
@@ -80,12 +86,15 @@ impl Applier {
 
     /// Applies `entries` in order over `view` (the committed state).
     ///
-    /// The batch is first offered to the plugin in one call with one entry's
-    /// fuel. If every entry succeeds within that budget, that is the answer.
-    /// Otherwise (an error, a trap, out of fuel) the batch's writes are
-    /// dropped and every entry is run alone with its own budget, replacing
-    /// the instance after each trap: each entry's outcome is then exactly
-    /// what it is when applied alone, whatever the batching.
+    /// An entry's outcome is defined as its outcome applied alone, on a
+    /// fresh instance, with one entry's fuel. The batch is first offered to
+    /// the plugin in one call on a fresh instance with one entry's fuel in
+    /// total; if every entry succeeds within that budget, that is the
+    /// answer (a plugin that keeps no state in memory between entries needs
+    /// no more fuel or memory for an entry alone than for the batch up to
+    /// it). Otherwise (an error, a trap, out of fuel or memory) the batch's
+    /// writes are dropped and every entry runs alone on a fresh instance:
+    /// each outcome is then the defined one, whatever the batching.
     pub fn apply(&mut self, view: Arc<dyn StateView>, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal> {
         self.store.data_mut().view = view;
         self.store.data_mut().overlay.clear();
@@ -154,7 +163,8 @@ impl Applier {
     /// One `apply` call with a fresh fuel budget. `Ok(Err(trap))` is a guest
     /// fault (the instance is replaced before the next call).
     fn call(&mut self, entries: &[wit::Entry]) -> Result<Result<Vec<WitOutcome>, String>, Fatal> {
-        self.renew_if_poisoned()?;
+        self.renew_if_used()?;
+        self.used = true;
         self.plugin.reset_fuel(&mut self.store);
         self.store.data_mut().last_panic = None;
         if let [only] = entries {
@@ -174,18 +184,21 @@ impl Applier {
             Err(e) => {
                 let last_panic = self.store.data_mut().last_panic.take();
                 match classify(e, last_panic) {
-                    CallFailure::Guest(m) => {
-                        self.poisoned = true;
-                        Ok(Err(m))
-                    }
+                    CallFailure::Guest(m) => Ok(Err(m)),
                     CallFailure::Fatal(m) => Err(Fatal(m)),
                 }
             }
         }
     }
 
-    fn renew_if_poisoned(&mut self) -> Result<(), Fatal> {
-        if self.poisoned {
+    /// Makes the fresh instance the next call needs now, so that the next
+    /// batch does not wait for it (the apply loop calls this when idle).
+    pub fn prepare(&mut self) -> Result<(), Fatal> {
+        self.renew_if_used()
+    }
+
+    fn renew_if_used(&mut self) -> Result<(), Fatal> {
+        if self.used {
             let (mut store, instance, raw) = self.plugin.instantiate(false).map_err(fatal_start)?;
             let old = self.store.data_mut();
             let ctx = store.data_mut();
@@ -194,7 +207,7 @@ impl Applier {
             self.store = store;
             self.instance = instance;
             self.raw = raw;
-            self.poisoned = false;
+            self.used = false;
         }
         Ok(())
     }
@@ -210,7 +223,8 @@ impl Applier {
         at: &EntryInput,
     ) -> Result<Result<Vec<Write>, EntryError>, Fatal> {
         let Some(index) = self.plugin.migrate else { return Ok(Ok(Vec::new())) };
-        self.renew_if_poisoned()?;
+        self.renew_if_used()?;
+        self.used = true;
         self.store.data_mut().view = view;
         self.store.data_mut().overlay.clear();
         self.store.data_mut().last_panic = None;

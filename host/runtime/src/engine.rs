@@ -40,7 +40,8 @@ impl PluginEngine {
             .consume_fuel(true)
             .epoch_interruption(true)
             // Copy-on-write heap images change instantiation fuel across
-            // platforms (wasmtime#14331).
+            // platforms (wasmtime#14331), and made the fresh instance of an
+            // apply call no cheaper here.
             .memory_init_cow(false)
             .max_wasm_stack(config.max_wasm_stack_bytes);
         let engine = wasmtime::Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;

@@ -54,6 +54,11 @@ impl Replica {
         }
     }
 
+    /// The next entry gets log index `index` (a runtime restarted mid-log).
+    pub fn skip_to(&mut self, index: u64) {
+        self.next_index = index;
+    }
+
     /// Applies `commands` as one batch and stores the writes.
     pub fn apply(&mut self, commands: &[Vec<u8>]) -> ApplyBatch {
         let entries: Vec<EntryInput> = commands
