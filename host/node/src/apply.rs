@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
 use wasmraft_raft::{EntryPayload, Index, LogId, SnapshotMeta, Term};
 use wasmraft_runtime::{EntryEvent, EntryInput, StateView};
-use wasmraft_storage::{SnapshotData, StateWrite, Storage};
+use wasmraft_storage::{AppliedRecords, SnapshotData, StateWrite, Storage};
 
 use crate::deploy::{self, Loader, Prepared, SharedQueries};
 use crate::divergence::HashChecks;
@@ -178,14 +178,15 @@ impl ApplyWorker {
         // A deploy or a hash check ends its batch (see `split_batches`).
         let mut deploy: Option<Prepared> = None;
         let mut hash_at: Option<u64> = None;
+        // Membership and addresses go into the same atomic write as the
+        // applied index (and are published only once it is durable).
+        let mut records = AppliedRecords::default();
         for (pos, e) in entries.iter().enumerate() {
             let plan = match &e.payload {
                 EntryPayload::Normal(bytes) if SystemCommand::decode(bytes).is_some() => {
                     match SystemCommand::decode(bytes).expect("checked") {
                         Ok(SystemCommand::SetAddress { id, address }) => {
-                            self.storage.set_address(id, &address).map_err(|e| e.to_string())?;
-                            self.addresses.write().insert(id, address.clone());
-                            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
+                            records.addresses.push((id, address));
                             Plan::Done(Ok(Vec::new()))
                         }
                         Ok(SystemCommand::DeployPlugin { timestamp_ms, wasm }) => {
@@ -248,9 +249,7 @@ impl ApplyWorker {
                     }
                 },
                 EntryPayload::Membership(m) => {
-                    // Recorded before the batch's applied index, so a snapshot
-                    // always carries the membership of its index.
-                    self.storage.set_applied_membership(m).map_err(|e| e.to_string())?;
+                    records.membership = Some(m.clone());
                     Plan::Done(Ok(Vec::new()))
                 }
                 EntryPayload::Blank => Plan::Done(Err(Error::ProposalDropped)),
@@ -306,17 +305,27 @@ impl ApplyWorker {
         }
 
         match deploy {
-            Some(prepared) => self.switch_plugin(last, prepared)?,
+            Some(prepared) => {
+                // A deploy is alone in its batch (`split_batches`); a session
+                // sweep may still fall on its index.
+                debug_assert!(records.is_empty());
+                self.switch_plugin(last, prepared, &changed)?
+            }
             None => self
                 .storage
-                .apply(
+                .apply_with_records(
                     last,
                     batch.writes.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() }),
                     changed.iter().map(|(c, v)| (*c, v.as_deref())),
+                    &records,
                 )
                 .map_err(|e| e.to_string())?,
         }
         self.last_applied = last;
+        for (id, address) in records.addresses {
+            self.addresses.write().insert(id, address.clone());
+            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
+        }
         if let Some(index) = hash_at {
             let hash = self.storage.state_hash().map_err(|e| format!("hashing the keyspace: {e}"))?;
             if let Some(expect) = self.hashes.record(index, hash, &self.status) {
@@ -368,11 +377,18 @@ impl ApplyWorker {
     }
 
     /// Stores a deploy with its applied index and switches to the plugin.
-    fn switch_plugin(&mut self, last: LogId, p: Prepared) -> Result<(), String> {
+    fn switch_plugin(
+        &mut self,
+        last: LogId,
+        p: Prepared,
+        sessions: &BTreeMap<u64, Option<Vec<u8>>>,
+    ) -> Result<(), String> {
+        let sessions = sessions.iter().map(|(c, v)| (*c, v.as_deref()));
         {
             let mut queries = self.queries.write();
+            let migration = p.migration.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() });
             self.storage
-                .deploy_plugin(last, p.migration.iter().map(|w| StateWrite { key: &w.key, value: w.value.as_deref() }), &p.record, &p.wasm)
+                .deploy_plugin(last, migration, sessions, &p.record, &p.wasm)
                 .map_err(|e| e.to_string())?;
             *queries = p.queries;
         }

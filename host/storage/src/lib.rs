@@ -31,4 +31,4 @@ pub use error::StorageError;
 pub use plugin::DeployedPlugin;
 pub use rocks::{Storage, StorageOptions};
 pub use snapshot::SnapshotData;
-pub use state::{StateReader, StateWrite};
+pub use state::{AppliedRecords, StateReader, StateWrite};

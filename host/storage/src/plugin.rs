@@ -1,14 +1,14 @@
 //! The plugin deployed through the log (its record and bytes, in `meta`),
 //! and the hash of the plugin keyspace that replicas compare.
 
-use rocksdb::{IteratorMode, WriteBatch, WriteOptions};
+use rocksdb::{IteratorMode, WriteBatch};
 use sha2::{Digest, Sha256};
 use wasmraft_raft::LogId;
 
 use crate::codec;
 use crate::error::StorageError;
-use crate::rocks::{CF_META, CF_STATE, KEY_APPLIED, Storage};
-use crate::state::{SESSION_PREFIX, StateWrite};
+use crate::rocks::{CF_META, CF_STATE, Storage};
+use crate::state::{AppliedRecords, SESSION_PREFIX, StateWrite};
 
 const KEY_PLUGIN_RECORD: &[u8] = b"plugin/record";
 const KEY_PLUGIN_WASM: &[u8] = b"plugin/wasm";
@@ -52,29 +52,21 @@ impl Storage {
     }
 
     /// Applies the entry that deploys a plugin: the migration's writes, the
-    /// plugin's record and bytes, and the applied id, in one atomic write.
+    /// session records that changed, the plugin's record and bytes, and the
+    /// applied id, in one atomic write.
     pub fn deploy_plugin<'a>(
         &self,
         applied: LogId,
         writes: impl IntoIterator<Item = StateWrite<'a>>,
+        sessions: impl IntoIterator<Item = (u64, Option<&'a [u8]>)>,
         record: &DeployedPlugin,
         wasm: &[u8],
     ) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
-        let state = self.cf(CF_STATE);
-        for w in writes {
-            match w.value {
-                Some(v) => batch.put_cf(state, w.key, v),
-                None => batch.delete_cf(state, w.key),
-            }
-        }
         let meta = self.cf(CF_META);
         batch.put_cf(meta, KEY_PLUGIN_WASM, wasm);
         batch.put_cf(meta, KEY_PLUGIN_RECORD, codec::encode_plugin(record));
-        batch.put_cf(meta, KEY_APPLIED, codec::encode_log_id(&applied));
-        let _exclusive = self.state_lock.write();
-        self.db.write_opt(batch, &WriteOptions::default())?;
-        Ok(())
+        self.write_applied(batch, applied, writes, sessions, &AppliedRecords::default())
     }
 
     /// Writes one key of the plugin keyspace directly, bypassing the log:

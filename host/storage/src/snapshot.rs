@@ -13,9 +13,15 @@ use crate::error::StorageError;
 use crate::log::encode_index;
 use crate::rocks::{CF_LOG, CF_META, CF_RAFT, CF_STATE, KEY_APPLIED, KEY_SNAPSHOT, Storage};
 
-const KEY_APPLIED_MEMBERSHIP: &[u8] = b"applied_membership";
+pub(crate) const KEY_APPLIED_MEMBERSHIP: &[u8] = b"applied_membership";
 use crate::state::SESSION_PREFIX;
 const ADDRESS_PREFIX: &[u8] = b"address/";
+
+pub(crate) fn address_key(id: u64) -> Vec<u8> {
+    let mut k = ADDRESS_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
 
 /// Node records in `meta` that a snapshot carries as they are: the
 /// deployed plugin and member addresses.
@@ -60,8 +66,8 @@ impl Storage {
         self.snapshot_dir().join(format!("{:020}", index.0))
     }
 
-    /// The membership in effect at the applied index, as written by
-    /// [`Storage::set_applied_membership`] (or the base membership).
+    /// The membership in effect at the applied index, as written with the
+    /// batch that applied it (or the base membership).
     pub fn applied_membership(&self) -> Result<Membership, StorageError> {
         match self.db.get_cf(self.cf(CF_META), KEY_APPLIED_MEMBERSHIP)? {
             Some(bytes) => codec::decode_membership(&bytes),
@@ -70,12 +76,6 @@ impl Storage {
                 None => self.bootstrap_membership(),
             },
         }
-    }
-
-    /// Records the membership an applied entry put in effect.
-    pub fn set_applied_membership(&self, m: &Membership) -> Result<(), StorageError> {
-        self.db.put_cf(self.cf(CF_META), KEY_APPLIED_MEMBERSHIP, codec::encode_membership(m))?;
-        Ok(())
     }
 
     /// Takes a snapshot of the current applied state (call from the apply
@@ -202,14 +202,6 @@ impl Storage {
         }
         Checkpoint::new(&self.db)?.create_checkpoint(&path)?;
         self.remove_snapshots_except(meta.last.index)
-    }
-
-    /// Records the address of member `id` (replicated through the log).
-    pub fn set_address(&self, id: u64, address: &str) -> Result<(), StorageError> {
-        let mut k = ADDRESS_PREFIX.to_vec();
-        k.extend_from_slice(&id.to_be_bytes());
-        self.db.put_cf(self.cf(CF_META), k, address.as_bytes())?;
-        Ok(())
     }
 
     /// Every recorded member address.

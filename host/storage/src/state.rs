@@ -5,11 +5,12 @@ use std::sync::Arc;
 use parking_lot::RawRwLock;
 use parking_lot::lock_api::ArcRwLockReadGuard;
 use rocksdb::{DB, Direction, IteratorMode, WriteBatch, WriteOptions};
-use wasmraft_raft::LogId;
+use wasmraft_raft::{LogId, Membership};
 
 use crate::codec;
 use crate::error::StorageError;
 use crate::rocks::{CF_META, CF_STATE, KEY_APPLIED, Storage};
+use crate::snapshot::{KEY_APPLIED_MEMBERSHIP, address_key};
 
 /// One write to the plugin keyspace: `value` `None` deletes.
 #[derive(Clone, Copy, Debug)]
@@ -18,6 +19,25 @@ pub struct StateWrite<'a> {
     pub key: &'a [u8],
     /// The new value, or `None` to delete.
     pub value: Option<&'a [u8]>,
+}
+
+/// Replicated node records an applied batch changes besides the keyspace.
+/// They are written in the same atomic write as the applied index, so that
+/// neither a crash nor a snapshot cut between two writes can show them ahead
+/// of or behind it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AppliedRecords {
+    /// The membership the batch's last configuration entry put in effect.
+    pub membership: Option<Membership>,
+    /// Member addresses the batch set, in entry order.
+    pub addresses: Vec<(u64, String)>,
+}
+
+impl AppliedRecords {
+    /// Nothing but the keyspace changed.
+    pub fn is_empty(&self) -> bool {
+        self.membership.is_none() && self.addresses.is_empty()
+    }
 }
 
 /// Client sessions (exactly-once retries) live in `meta` under this prefix,
@@ -42,7 +62,30 @@ impl Storage {
         writes: impl IntoIterator<Item = StateWrite<'a>>,
         sessions: impl IntoIterator<Item = (u64, Option<&'a [u8]>)>,
     ) -> Result<(), StorageError> {
-        let mut batch = WriteBatch::default();
+        self.apply_with_records(applied, writes, sessions, &AppliedRecords::default())
+    }
+
+    /// [`Storage::apply`], with the node records the batch changed, in the
+    /// same atomic write.
+    pub fn apply_with_records<'a>(
+        &self,
+        applied: LogId,
+        writes: impl IntoIterator<Item = StateWrite<'a>>,
+        sessions: impl IntoIterator<Item = (u64, Option<&'a [u8]>)>,
+        records: &AppliedRecords,
+    ) -> Result<(), StorageError> {
+        self.write_applied(WriteBatch::default(), applied, writes, sessions, records)
+    }
+
+    /// Adds an applied batch to `batch` and writes it atomically.
+    pub(crate) fn write_applied<'a>(
+        &self,
+        mut batch: WriteBatch,
+        applied: LogId,
+        writes: impl IntoIterator<Item = StateWrite<'a>>,
+        sessions: impl IntoIterator<Item = (u64, Option<&'a [u8]>)>,
+        records: &AppliedRecords,
+    ) -> Result<(), StorageError> {
         let state = self.cf(CF_STATE);
         for w in writes {
             match w.value {
@@ -57,7 +100,13 @@ impl Storage {
                 None => batch.delete_cf(meta, session_key(client)),
             }
         }
-        batch.put_cf(self.cf(CF_META), KEY_APPLIED, codec::encode_log_id(&applied));
+        if let Some(m) = &records.membership {
+            batch.put_cf(meta, KEY_APPLIED_MEMBERSHIP, codec::encode_membership(m));
+        }
+        for (id, address) in &records.addresses {
+            batch.put_cf(meta, address_key(*id), address.as_bytes());
+        }
+        batch.put_cf(meta, KEY_APPLIED, codec::encode_log_id(&applied));
         let _exclusive = self.state_lock.write();
         self.db.write_opt(batch, &WriteOptions::default())?;
         Ok(())

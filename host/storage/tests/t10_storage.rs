@@ -167,3 +167,52 @@ fn the_keyspace_hash_covers_sessions() {
     b.apply(LogId::new(1, 4), none, [(7, Some(&b"seq 2"[..]))]).unwrap();
     assert_ne!(a.state_hash().unwrap(), b.state_hash().unwrap(), "a session differs");
 }
+
+/// Membership and member addresses are replicated records: they move with
+/// the applied index in one write, and a snapshot taken at that index
+/// carries exactly them.
+#[test]
+fn membership_and_addresses_are_written_with_the_applied_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let joined = Membership::new([NodeId(1), NodeId(2)]);
+    {
+        let s = open(dir.path());
+        s.bootstrap(&Membership::new([NodeId(1)])).unwrap();
+        let none: [StateWrite<'_>; 0] = [];
+        let no_sessions: [(u64, Option<&[u8]>); 0] = [];
+        let records = wasmraft_storage::AppliedRecords {
+            membership: Some(joined.clone()),
+            addresses: vec![(2, "127.0.0.1:7480".into())],
+        };
+        s.apply_with_records(LogId::new(1, 4), none, no_sessions, &records).unwrap();
+        let meta = s.take_snapshot().unwrap();
+        assert_eq!(meta.last, LogId::new(1, 4));
+        assert_eq!(meta.membership, joined, "the snapshot carries the membership of its index");
+        let data = s.read_snapshot(meta.last.index).unwrap();
+        assert_eq!(data.system.len(), 1, "the snapshot carries the address: {:?}", data.system);
+    }
+    let s = open(dir.path());
+    assert_eq!(s.applied().unwrap(), LogId::new(1, 4));
+    assert_eq!(s.applied_membership().unwrap(), joined);
+    assert_eq!(s.addresses().unwrap(), vec![(2, "127.0.0.1:7480".to_string())]);
+}
+
+/// The entry that deploys a plugin may also be where sessions are swept:
+/// those changes are part of its one atomic write.
+#[test]
+fn a_deploy_writes_its_session_changes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let none: [StateWrite<'_>; 0] = [];
+    s.apply(LogId::new(1, 3), none, [(7, Some(&b"seq 1"[..]))]).unwrap();
+    let record = wasmraft_storage::DeployedPlugin {
+        name: "p".into(),
+        version: "1".into(),
+        sha256: "00".into(),
+        sdk_version: "0".into(),
+        deployed_at: 4,
+    };
+    s.deploy_plugin(LogId::new(1, 4), none, [(7, None)], &record, b"\0asm").unwrap();
+    assert_eq!(s.applied().unwrap(), LogId::new(1, 4));
+    assert!(s.sessions().unwrap().is_empty(), "the swept session is gone");
+}
