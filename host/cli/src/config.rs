@@ -161,6 +161,9 @@ pub struct LimitsSection {
     /// The one client limit; the plugin store limits follow from it.
     #[serde(alias = "max_command_bytes")]
     pub max_request_bytes: usize,
+    pub max_pending_requests: usize,
+    pub max_pending_bytes: usize,
+    pub max_apply_lag: u64,
 }
 
 impl Default for LimitsSection {
@@ -175,6 +178,9 @@ impl Default for LimitsSection {
             watchdog_ms: p.watchdog_ms,
             request_timeout_ms: n.request_timeout.as_millis() as u64,
             max_request_bytes: n.max_request_bytes,
+            max_pending_requests: n.max_pending_requests,
+            max_pending_bytes: n.max_pending_bytes,
+            max_apply_lag: n.max_apply_lag,
         }
     }
 }
@@ -263,6 +269,9 @@ impl FileConfig {
                 ..PluginConfig::default()
             },
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
+            max_pending_requests: self.limits.max_pending_requests,
+            max_pending_bytes: self.limits.max_pending_bytes,
+            max_apply_lag: self.limits.max_apply_lag,
             cluster_id: self.cluster_id().unwrap_or(0),
             ..NodeConfig::default()
         };

@@ -11,6 +11,7 @@ pub fn to_status(e: Error) -> Status {
         Error::Rejected(_) => (Code::FailedPrecondition, "rejected"),
         Error::PluginTrap(_) => (Code::Aborted, "plugin-trap"),
         Error::ProposalDropped => (Code::Unavailable, "proposal-dropped"),
+        Error::Busy(_) => (Code::ResourceExhausted, "busy"),
         Error::Timeout => (Code::DeadlineExceeded, "timeout"),
         Error::Stopped => (Code::Unavailable, "stopped"),
         Error::Fatal(_) => (Code::Internal, "fatal"),

@@ -28,6 +28,14 @@ pub struct NodeConfig {
     /// propose or query it may ask, in bytes (default 1.5 MiB, as etcd's
     /// `--max-request-bytes`). Checked before anything enters the log.
     pub max_request_bytes: usize,
+    /// The most client requests (proposals and reads) a node holds at once;
+    /// more get an immediate `busy` error instead of queueing without bound.
+    pub max_pending_requests: usize,
+    /// The most bytes of client requests a node holds at once (same).
+    pub max_pending_bytes: usize,
+    /// A leader refuses proposals (`busy`) while its state machine is this
+    /// many entries behind the commit index (as etcd does at 5000).
+    pub max_apply_lag: u64,
     /// Seed of the election jitter (default: derived from the id).
     pub seed: Option<u64>,
     /// The voters of a new cluster, used once when the data directory is
@@ -64,6 +72,9 @@ impl Default for NodeConfig {
             plugin: PluginConfig::default(),
             request_timeout: Duration::from_secs(5),
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_pending_requests: 10_000,
+            max_pending_bytes: 64 << 20,
+            max_apply_lag: 5_000,
             seed: None,
             bootstrap_voters: Vec::new(),
             snapshot_entries: 10_000,
@@ -113,6 +124,12 @@ impl NodeConfig {
                 "election_ticks must be greater than heartbeat_ticks, which must be positive"
                     .into(),
             );
+        }
+        if self.max_pending_requests == 0 || self.max_apply_lag == 0 {
+            return Err("max_pending_requests and max_apply_lag must be positive".into());
+        }
+        if self.max_pending_bytes < self.max_request_bytes || self.max_pending_bytes > u32::MAX as usize {
+            return Err("max_pending_bytes must be at least max_request_bytes and below 4 GiB".into());
         }
         if self.max_request_bytes == 0 {
             return Err("max_request_bytes must be positive".into());

@@ -24,6 +24,10 @@ pub enum Error {
     /// committed: it did not apply. Safe to retry.
     #[error("proposal dropped by a leader change; it did not apply")]
     ProposalDropped,
+    /// The node has too much work queued to take this request; nothing
+    /// changed. Safe to retry after a pause.
+    #[error("busy: {0}")]
+    Busy(String),
     /// No answer in time. A proposal's outcome is then unknown.
     #[error("timed out")]
     Timeout,

@@ -171,6 +171,9 @@ struct Inner {
     cluster_id: Mutex<u64>,
     /// Ids removed from the cluster (written by the Raft loop).
     removed: Arc<parking_lot::RwLock<std::collections::BTreeSet<u64>>>,
+    /// Admission: one permit per client request in flight, and one per byte.
+    pending_requests: Arc<tokio::sync::Semaphore>,
+    pending_bytes: Arc<tokio::sync::Semaphore>,
 }
 
 impl Drop for Inner {
@@ -331,6 +334,7 @@ impl Node {
             tick_interval: config.tick_interval,
             sync_log: config.sync_log,
             pending_reads: HashMap::new(),
+            read_timeout: config.request_timeout,
             next_read_id: 0,
             last_stamp_ms: 0,
             received_snapshot: None,
@@ -374,6 +378,8 @@ impl Node {
             commit = hard_state.commit.0,
             "node started"
         );
+        let pending_requests = Arc::new(tokio::sync::Semaphore::new(config.max_pending_requests));
+        let pending_bytes = Arc::new(tokio::sync::Semaphore::new(config.max_pending_bytes));
         Ok(Node {
             inner: Arc::new(Inner {
                 commit_at_start: hard_state.commit.0,
@@ -387,6 +393,8 @@ impl Node {
                 threads: Mutex::new(threads),
                 addresses,
                 loader,
+                pending_requests,
+                pending_bytes,
                 cluster_id: Mutex::new(cluster_id),
                 removed,
             }),
@@ -449,6 +457,8 @@ impl Node {
     ) -> Result<Applied, Error> {
         self.check_alive()?;
         self.check_request_size(&command)?;
+        self.check_apply_lag()?;
+        let _admitted = self.admit(command.len())?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Propose {
             command,
@@ -467,6 +477,7 @@ impl Node {
     ) -> Result<Vec<u8>, Error> {
         self.check_alive()?;
         self.check_request_size(&request)?;
+        let _admitted = self.admit(request.len())?;
         let index = match consistency {
             Consistency::Eventual => self.inner.commit_at_start,
             Consistency::Linearizable => {
@@ -500,6 +511,46 @@ impl Node {
             return Err(Error::Invalid(format!(
                 "request of {} bytes exceeds max_request_bytes ({limit} bytes)",
                 request.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Takes a place for one request of `bytes` among those in flight, or
+    /// refuses it at once: a node under more load than it can queue says
+    /// so instead of growing without bound.
+    fn admit(
+        &self,
+        bytes: usize,
+    ) -> Result<(tokio::sync::SemaphorePermit<'_>, tokio::sync::SemaphorePermit<'_>), Error> {
+        let busy = |what: &str, limit: usize| {
+            Error::Busy(format!("{what} in flight reached {limit} ({what} limit); retry later"))
+        };
+        let request = self.inner.pending_requests.try_acquire().map_err(|_| {
+            busy("requests", self.inner.config.max_pending_requests)
+        })?;
+        // Checked against max_request_bytes, which validation keeps below
+        // max_pending_bytes (itself below 4 GiB).
+        let bytes = self
+            .inner
+            .pending_bytes
+            .try_acquire_many(bytes.max(1) as u32)
+            .map_err(|_| busy("request bytes", self.inner.config.max_pending_bytes))?;
+        Ok((request, bytes))
+    }
+
+    /// A leader whose state machine lags far behind the log takes no more
+    /// proposals until it catches up (the apply queue stays bounded).
+    fn check_apply_lag(&self) -> Result<(), Error> {
+        let (commit, applied) = {
+            let st = self.inner.status.lock();
+            (st.commit, st.applied)
+        };
+        let lag = commit.saturating_sub(applied);
+        if lag > self.inner.config.max_apply_lag {
+            return Err(Error::Busy(format!(
+                "the state machine is {lag} entries behind the log (max_apply_lag {}); retry later",
+                self.inner.config.max_apply_lag
             )));
         }
         Ok(())

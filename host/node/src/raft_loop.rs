@@ -88,8 +88,12 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub status: Arc<Mutex<NodeStatus>>,
     pub tick_interval: Duration,
     pub sync_log: bool,
-    /// Reads waiting for the ReadIndex round they joined.
-    pub pending_reads: HashMap<ReadId, Vec<IndexReply>>,
+    /// Reads waiting for the ReadIndex round they joined, with when it
+    /// started: a round that never completes (the leader lost its quorum but
+    /// not its role yet) is answered with a timeout, not kept forever.
+    pub pending_reads: HashMap<ReadId, (Instant, Vec<IndexReply>)>,
+    /// How long a read waits for its round.
+    pub read_timeout: Duration,
     pub next_read_id: u64,
     /// The last timestamp stamped on a command: stamps never go backwards.
     pub last_stamp_ms: u64,
@@ -305,7 +309,7 @@ impl<T: Transport> RaftLoop<T> {
         st.role = Role::Follower;
         st.leader = None;
         drop(st);
-        for (_, replies) in self.pending_reads.drain() {
+        for (_, (_, replies)) in self.pending_reads.drain() {
             for r in replies {
                 let _ = r.send(Err(Error::Removed));
             }
@@ -330,6 +334,23 @@ impl<T: Transport> RaftLoop<T> {
         if ticks > 1 {
             tracing::debug!(ticks, "caught up on ticks missed during a stall");
         }
+        if ticks > 0 {
+            self.expire_reads(now);
+        }
+    }
+
+    /// Answers reads whose round has outlived the request timeout.
+    fn expire_reads(&mut self, now: Instant) {
+        let timeout = self.read_timeout;
+        self.pending_reads.retain(|_, (started, replies)| {
+            if now.duration_since(*started) < timeout {
+                return true;
+            }
+            for r in replies.drain(..) {
+                let _ = r.send(Err(Error::Timeout));
+            }
+            false
+        });
     }
 
     fn not_leader(&self) -> Error {
@@ -392,7 +413,7 @@ impl<T: Transport> RaftLoop<T> {
         let id = ReadId(self.next_read_id);
         match self.raw.read_index(id) {
             Ok(()) => {
-                self.pending_reads.insert(id, reads);
+                self.pending_reads.insert(id, (Instant::now(), reads));
             }
             Err(_) => {
                 let err = self.not_leader();
@@ -454,7 +475,7 @@ impl<T: Transport> RaftLoop<T> {
                     let err = Error::NotLeader {
                         leader: soft.leader,
                     };
-                    for (_, replies) in self.pending_reads.drain() {
+                    for (_, (_, replies)) in self.pending_reads.drain() {
                         for r in replies {
                             let _ = r.send(Err(err.clone()));
                         }
@@ -497,7 +518,7 @@ impl<T: Transport> RaftLoop<T> {
                     .send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
             }
             for rs in &rd.read_states {
-                if let Some(replies) = self.pending_reads.remove(&rs.id) {
+                if let Some((_, replies)) = self.pending_reads.remove(&rs.id) {
                     for r in replies {
                         let _ = r.send(Ok(rs.index));
                     }

@@ -154,6 +154,38 @@ async fn the_request_limit_is_exact_and_checked_before_the_log() {
     node.shutdown();
 }
 
+/// More requests than a node may hold get an immediate `busy` and change
+/// nothing; every other one applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_pending_limit_get_busy_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(NodeConfig { max_pending_requests: 4, ..config(dir.path()) }, KV_PLUGIN).unwrap();
+    node.wait_for_leader().await.unwrap();
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let node = node.clone();
+            tokio::spawn(async move { (i, node.propose(put(&format!("k{i:03}"), "v")).await) })
+        })
+        .collect();
+    let (mut ok, mut busy) = (Vec::new(), 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            (i, Ok(_)) => ok.push(i),
+            (_, Err(Error::Busy(m))) => {
+                assert!(m.contains("requests in flight reached 4"), "{m}");
+                busy += 1;
+            }
+            (_, Err(e)) => panic!("{e}"),
+        }
+    }
+    assert!(busy > 0 && !ok.is_empty(), "ok {} busy {busy}", ok.len());
+    for i in 0..100 {
+        let stored = get(&node, &format!("k{i:03}"), Consistency::Linearizable).await.is_some();
+        assert_eq!(stored, ok.contains(&i), "k{i:03}");
+    }
+    node.shutdown();
+}
+
 #[test]
 fn a_request_limit_above_the_store_limits_is_a_clear_error() {
     let mut config = NodeConfig::default();

@@ -227,7 +227,7 @@ fn retryable(e: &ClientError) -> bool {
     match e {
         ClientError::Unreachable { .. } => true,
         ClientError::Status(s) => match s.metadata().get(ERROR_KEY).and_then(|v| v.to_str().ok()) {
-            Some("not-leader" | "proposal-dropped" | "timeout" | "stopped") => true,
+            Some("not-leader" | "proposal-dropped" | "timeout" | "stopped" | "busy") => true,
             Some(_) => false,
             // No reason: the transport failed, the request may or may not have arrived.
             None => matches!(
