@@ -140,6 +140,18 @@ pub fn render(nodes: &[Node]) -> String {
         &|s| (String::new(), s.divergences),
     );
     family(
+        "wasmraft_pending_requests",
+        "gauge",
+        "Client requests (proposals and reads) in flight on this node.",
+        &|s| (String::new(), s.pending_requests),
+    );
+    family(
+        "wasmraft_busy_refusals_total",
+        "counter",
+        "Requests refused as busy (too many in flight, or the leader's apply lag).",
+        &|s| (String::new(), s.busy_refusals),
+    );
+    family(
         "wasmraft_removed",
         "gauge",
         "1 once this node learned it was removed from the cluster.",

@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
 use wasmraft_raft::{EntryPayload, Index, LogId, SnapshotMeta, Term};
-use wasmraft_runtime::{EntryEvent, EntryInput, StateView};
+use wasmraft_runtime::{EntryEvent, EntryInput, PluginInfo, StateView};
 use wasmraft_storage::{AppliedRecords, SnapshotData, StateWrite, Storage};
 
 use crate::deploy::{self, Loader, Prepared, SharedQueries};
@@ -20,7 +20,7 @@ use crate::node::{Applied, NodeStatus};
 use crate::raft_loop::{LoopMsg, ProposeReply};
 use crate::system::SystemCommand;
 use crate::sessions::{Admission as SessionAdmission, SWEEP_EVERY, Session, Sessions};
-use crate::state_machine::{StateMachine, StorageView};
+use crate::state_machine::{QueryHandler, StateMachine, StorageView};
 
 pub(crate) enum ApplyTask {
     /// A client waits for the entry proposed at `index` in `term`.
@@ -146,9 +146,25 @@ impl ApplyWorker {
             Ok((u64::from_be_bytes(id), v.clone()))
         });
         let sessions = Sessions::load(sessions.collect::<Result<Vec<_>, String>>()?)?;
-        self.storage.install_snapshot(&meta, &data).map_err(|e| format!("installing a snapshot: {e}"))?;
+        // The snapshot's plugin is ready before its state is written; both
+        // switch together under the query lock (see `SharedQueries`).
+        let plugin = self.snapshot_plugin(&data)?;
+        {
+            let mut queries = self.queries.write();
+            self.storage.install_snapshot(&meta, &data).map_err(|e| format!("installing a snapshot: {e}"))?;
+            if let Some((state_machine, new_queries, info, deployed_at)) = plugin {
+                *queries = new_queries;
+                self.state_machine = state_machine;
+                let mut status = self.status.lock();
+                status.plugin = info;
+                status.deployed_at = deployed_at;
+            }
+        }
         tracing::info!(index = meta.last.index.0, keys = data.state.len(), "installed a snapshot from the leader");
-        self.adopt_snapshot_records()?;
+        for (id, address) in self.storage.addresses().map_err(|e| e.to_string())? {
+            self.addresses.write().insert(id, address.clone());
+            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
+        }
         self.sessions = sessions;
         self.last_applied = meta.last;
         self.snapshot_index = meta.last.index.0;
@@ -400,15 +416,15 @@ impl ApplyWorker {
         Ok(())
     }
 
-    /// After a snapshot: run the plugin it carries, and learn the member
-    /// addresses it carries.
-    fn adopt_snapshot_records(&mut self) -> Result<(), String> {
-        for (id, address) in self.storage.addresses().map_err(|e| e.to_string())? {
-            self.addresses.write().insert(id, address.clone());
-            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
-        }
-        let Some(loader) = &self.loader else { return Ok(()) };
-        let deployed = self.storage.deployed_plugin().map_err(|e| e.to_string())?;
+    /// The plugin a snapshot runs, loaded and instantiated, if it is not
+    /// the one running now.
+    #[allow(clippy::type_complexity)]
+    fn snapshot_plugin(
+        &self,
+        data: &SnapshotData,
+    ) -> Result<Option<(Box<dyn StateMachine>, Arc<dyn QueryHandler>, PluginInfo, u64)>, String> {
+        let Some(loader) = &self.loader else { return Ok(None) };
+        let deployed = data.deployed_plugin().map_err(|e| format!("the snapshot's plugin: {e}"))?;
         let (wasm, deployed_at): (Vec<u8>, u64) = match deployed {
             Some((record, wasm)) => (wasm, record.deployed_at),
             None => (self.boot_wasm.to_vec(), 0),
@@ -416,17 +432,12 @@ impl ApplyWorker {
         let current = self.status.lock().plugin.sha256.clone();
         let plugin = loader.load(&wasm).map_err(|e| format!("loading the plugin of a snapshot: {e}"))?;
         if plugin.info().sha256 == current {
-            return Ok(());
+            return Ok(None);
         }
         tracing::info!(plugin = %plugin.info().name, sha256 = %plugin.info().sha256, deployed_at, "switching to the plugin of the snapshot");
         let info = plugin.info().clone();
         let (state_machine, queries) = deploy::instantiate(plugin)?;
-        *self.queries.write() = queries;
-        self.state_machine = state_machine;
-        let mut status = self.status.lock();
-        status.plugin = info;
-        status.deployed_at = deployed_at;
-        Ok(())
+        Ok(Some((state_machine, queries, info, deployed_at)))
     }
 
     /// On the leader, every `hash_check_entries` applied entries: propose a

@@ -14,9 +14,12 @@ use crate::state_machine::{QueryHandler, StateMachine};
 /// The largest plugin that can be deployed through the log.
 pub const MAX_PLUGIN_BYTES: usize = 48 << 20;
 
-/// The query side of the running plugin, swapped when a deploy applies.
-/// Queries hold the read lock while they run, so none sees the new plugin
-/// over the old state or the old plugin over the migrated state.
+/// The query side of the running plugin, swapped when a deploy applies or
+/// a snapshot installs. A query takes the plugin and its state snapshot
+/// under the read lock; the switch writes the new state and swaps the
+/// plugin under the write lock. So no query sees the new plugin over the
+/// old state or the old plugin over the new state, and none holds the lock
+/// while it runs.
 pub(crate) type SharedQueries = Arc<RwLock<Arc<dyn QueryHandler>>>;
 
 /// What a node needs to load plugins: one engine, and where compiled

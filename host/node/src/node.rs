@@ -90,6 +90,10 @@ pub struct NodeStatus {
     pub membership: Membership,
     /// Set once this node learned it was removed from the cluster.
     pub removed: bool,
+    /// Client requests (proposals and reads) in flight on this node.
+    pub pending_requests: u64,
+    /// Requests refused as `busy` since start (a full queue, apply lag).
+    pub busy_refusals: u64,
 }
 
 impl NodeStatus {
@@ -174,6 +178,9 @@ struct Inner {
     /// Admission: one permit per client request in flight, and one per byte.
     pending_requests: Arc<tokio::sync::Semaphore>,
     pending_bytes: Arc<tokio::sync::Semaphore>,
+    /// One permit per query allowed to run at once.
+    query_slots: tokio::sync::Semaphore,
+    busy_refusals: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -299,6 +306,8 @@ impl Node {
             divergences: 0,
             membership: raw.status().membership,
             removed: removed.read().contains(&config.id),
+            pending_requests: 0,
+            busy_refusals: 0,
         }));
         let (raft_tx, raft_rx) = channel();
         let (apply_tx, apply_rx) = channel();
@@ -380,6 +389,7 @@ impl Node {
         );
         let pending_requests = Arc::new(tokio::sync::Semaphore::new(config.max_pending_requests));
         let pending_bytes = Arc::new(tokio::sync::Semaphore::new(config.max_pending_bytes));
+        let query_slots = tokio::sync::Semaphore::new(config.plugin.query_instances);
         Ok(Node {
             inner: Arc::new(Inner {
                 commit_at_start: hard_state.commit.0,
@@ -395,6 +405,8 @@ impl Node {
                 loader,
                 pending_requests,
                 pending_bytes,
+                query_slots,
+                busy_refusals: Default::default(),
                 cluster_id: Mutex::new(cluster_id),
                 removed,
             }),
@@ -492,14 +504,22 @@ impl Node {
             }
         };
         self.wait_applied(index).await?;
+        // At most `query_instances` queries run at once; more wait here,
+        // without holding a thread.
+        let _slot = self.inner.query_slots.acquire().await.map_err(|_| Error::Stopped)?;
+        // The plugin and the state it reads are taken together, under a lock
+        // held only for that: a deploy or a snapshot install switches both at
+        // once (see `SharedQueries`). The state is a RocksDB snapshot, so a
+        // long query never holds up the apply thread.
+        let (queries, view) = {
+            let queries = self.inner.queries.read();
+            let view: Arc<dyn StateView> =
+                Arc::new(StorageView(self.inner.storage.consistent_reader()));
+            (queries.clone(), view)
+        };
         // Inline, not on the blocking pool: a query is microseconds of CPU
         // (memtable reads and a warm wasm instance), and handing it to
         // another thread cost more than running it (two wake-ups per read).
-        // The plugin and the state it reads are taken together: a deploy
-        // switches both at once (see `SharedQueries`).
-        let queries = self.inner.queries.read();
-        let view: Arc<dyn StateView> =
-            Arc::new(StorageView(self.inner.storage.consistent_reader()));
         queries.query(view, &request).map_err(Error::from)
     }
 
@@ -524,6 +544,7 @@ impl Node {
         bytes: usize,
     ) -> Result<(tokio::sync::SemaphorePermit<'_>, tokio::sync::SemaphorePermit<'_>), Error> {
         let busy = |what: &str, limit: usize| {
+            self.count_busy();
             Error::Busy(format!("{what} in flight reached {limit} ({what} limit); retry later"))
         };
         let request = self.inner.pending_requests.try_acquire().map_err(|_| {
@@ -539,6 +560,10 @@ impl Node {
         Ok((request, bytes))
     }
 
+    fn count_busy(&self) {
+        self.inner.busy_refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// A leader whose state machine lags far behind the log takes no more
     /// proposals until it catches up (the apply queue stays bounded).
     fn check_apply_lag(&self) -> Result<(), Error> {
@@ -548,12 +573,18 @@ impl Node {
         };
         let lag = commit.saturating_sub(applied);
         if lag > self.inner.config.max_apply_lag {
+            self.count_busy();
             return Err(Error::Busy(format!(
                 "the state machine is {lag} entries behind the log (max_apply_lag {}); retry later",
                 self.inner.config.max_apply_lag
             )));
         }
         Ok(())
+    }
+
+    /// Queries running at this moment (at most `query_instances`).
+    pub fn queries_running(&self) -> usize {
+        self.inner.config.plugin.query_instances - self.inner.query_slots.available_permits()
     }
 
     /// The one client limit, for transports to size their message limits.
@@ -750,7 +781,11 @@ impl Node {
 
     /// A snapshot of this node's state.
     pub fn status(&self) -> NodeStatus {
-        self.inner.status.lock().clone()
+        let mut status = self.inner.status.lock().clone();
+        let c = &self.inner.config;
+        status.pending_requests = (c.max_pending_requests - self.inner.pending_requests.available_permits()) as u64;
+        status.busy_refusals = self.inner.busy_refusals.load(std::sync::atomic::Ordering::Relaxed);
+        status
     }
 
     /// Events of entries applied from now on, in apply order. A receiver

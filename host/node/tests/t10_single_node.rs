@@ -179,6 +179,8 @@ async fn requests_beyond_the_pending_limit_get_busy_and_change_nothing() {
         }
     }
     assert!(busy > 0 && !ok.is_empty(), "ok {} busy {busy}", ok.len());
+    assert_eq!(node.status().busy_refusals, busy, "every refusal is counted");
+    assert_eq!(node.status().pending_requests, 0, "every place is given back");
     for i in 0..100 {
         let stored = get(&node, &format!("k{i:03}"), Consistency::Linearizable).await.is_some();
         assert_eq!(stored, ok.contains(&i), "k{i:03}");

@@ -158,3 +158,38 @@ async fn a_deploy_whose_migration_refuses_changes_nothing_on_any_replica() {
     let after: Vec<_> = cluster.nodes().iter().map(|n| n.plugin()).collect();
     assert_eq!(before, after);
 }
+
+/// A query reads a RocksDB snapshot and holds no lock while it runs: a
+/// query that runs for seconds does not hold up writes, which apply and
+/// are read back meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_query_does_not_hold_up_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = NodeConfig { data_dir: dir.path().to_path_buf(), ..NodeConfig::default() };
+    fast(&mut config);
+    // Enough fuel for the `loop` query to run for seconds.
+    config.plugin.fuel_per_entry = 5_000_000_000;
+    config.plugin.watchdog_ms = 600_000;
+    config.request_timeout = Duration::from_secs(120);
+    let node = Node::start(config, &component("fixture_hostile")).unwrap();
+    node.wait_for_leader().await.unwrap();
+
+    let long = {
+        let node = node.clone();
+        tokio::spawn(async move { node.query(b"loop".to_vec(), Consistency::Eventual).await })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while node.queries_running() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the long query never started");
+        tokio::task::yield_now().await;
+    }
+    for i in 0..5 {
+        node.propose(format!("put k{i} v{i}").into_bytes()).await.unwrap();
+        let read = node.query(format!("k{i}").into_bytes(), Consistency::Linearizable).await.unwrap();
+        assert_eq!(read, format!("v{i}").into_bytes());
+    }
+    assert!(!long.is_finished(), "the writes waited for the long query");
+    let e = long.await.unwrap().unwrap_err();
+    assert!(matches!(e, Error::PluginTrap(ref m) if m.contains("fuel")), "{e:?}");
+    node.shutdown();
+}

@@ -28,27 +28,46 @@ pub struct DeployedPlugin {
     pub deployed_at: u64,
 }
 
+/// A plugin record and its bytes, checked against each other.
+fn checked_plugin(
+    record: Option<&[u8]>,
+    wasm: Option<Vec<u8>>,
+) -> Result<Option<(DeployedPlugin, Vec<u8>)>, StorageError> {
+    let Some(record) = record else { return Ok(None) };
+    let record = codec::decode_plugin(record)?;
+    let wasm = wasm.ok_or_else(|| StorageError::Corrupt {
+        what: "deployed plugin",
+        key: None,
+        detail: "the record is there but the bytes are not".into(),
+    })?;
+    if hex::encode(Sha256::digest(&wasm)) != record.sha256 {
+        return Err(StorageError::Corrupt {
+            what: "deployed plugin",
+            key: None,
+            detail: format!("the stored bytes do not hash to {}", record.sha256),
+        });
+    }
+    Ok(Some((record, wasm)))
+}
+
+impl crate::SnapshotData {
+    /// The deployed plugin a snapshot carries, if any (else the cluster
+    /// runs the plugin its nodes were started with).
+    pub fn deployed_plugin(&self) -> Result<Option<(DeployedPlugin, Vec<u8>)>, StorageError> {
+        let find = |key: &[u8]| self.system.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+        checked_plugin(find(KEY_PLUGIN_RECORD).map(Vec::as_slice), find(KEY_PLUGIN_WASM).cloned())
+    }
+}
+
 impl Storage {
     /// The deployed plugin and its bytes, if one was deployed through the
     /// log (else the node runs the plugin it was started with). The bytes
     /// are checked against the recorded hash.
     pub fn deployed_plugin(&self) -> Result<Option<(DeployedPlugin, Vec<u8>)>, StorageError> {
         let meta = self.cf(CF_META);
-        let Some(record) = self.db.get_cf(meta, KEY_PLUGIN_RECORD)? else { return Ok(None) };
-        let record = codec::decode_plugin(&record)?;
-        let wasm = self.db.get_cf(meta, KEY_PLUGIN_WASM)?.ok_or_else(|| StorageError::Corrupt {
-            what: "deployed plugin",
-            key: None,
-            detail: "the record is there but the bytes are not".into(),
-        })?;
-        if hex::encode(Sha256::digest(&wasm)) != record.sha256 {
-            return Err(StorageError::Corrupt {
-                what: "deployed plugin",
-                key: None,
-                detail: format!("the stored bytes do not hash to {}", record.sha256),
-            });
-        }
-        Ok(Some((record, wasm)))
+        let record = self.db.get_cf(meta, KEY_PLUGIN_RECORD)?;
+        let wasm = self.db.get_cf(meta, KEY_PLUGIN_WASM)?;
+        checked_plugin(record.as_deref(), wasm)
     }
 
     /// Applies the entry that deploys a plugin: the migration's writes, the
@@ -74,7 +93,6 @@ impl Storage {
     /// Fault injection only.
     #[doc(hidden)]
     pub fn inject_state_write(&self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        let _exclusive = self.state_lock.write();
         self.db.put_cf(self.cf(CF_STATE), key, value)?;
         Ok(())
     }

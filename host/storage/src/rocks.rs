@@ -1,7 +1,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch, WriteOptions};
 use wasmraft_raft::{HardState, Index, LogId, Membership, SnapshotMeta};
 
@@ -52,9 +52,6 @@ pub struct Storage {
     pub(crate) db: Arc<DB>,
     pub(crate) bounds: Arc<Mutex<Bounds>>,
     pub(crate) hard_state: Arc<Mutex<HardState>>,
-    /// Held shared by readers that need one consistent view of the state
-    /// keyspace, exclusively while an applied batch is written.
-    pub(crate) state_lock: Arc<RwLock<()>>,
     pub(crate) options: StorageOptions,
 }
 
@@ -88,7 +85,6 @@ impl Storage {
                 before_first: LogId::default(),
             })),
             hard_state: Arc::new(Mutex::new(HardState::default())),
-            state_lock: Arc::new(RwLock::new(())),
             options,
         };
         storage.check_node_id(node_id)?;

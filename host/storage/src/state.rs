@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::RawRwLock;
-use parking_lot::lock_api::ArcRwLockReadGuard;
-use rocksdb::{DB, Direction, IteratorMode, WriteBatch, WriteOptions};
+use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode, WriteBatch, WriteOptions};
 use wasmraft_raft::{LogId, Membership};
 
 use crate::codec;
@@ -107,7 +105,6 @@ impl Storage {
             batch.put_cf(meta, address_key(*id), address.as_bytes());
         }
         batch.put_cf(meta, KEY_APPLIED, codec::encode_log_id(&applied));
-        let _exclusive = self.state_lock.write();
         self.db.write_opt(batch, &WriteOptions::default())?;
         Ok(())
     }
@@ -138,27 +135,51 @@ impl Storage {
     }
 
     /// A reader of the state keyspace that sees one applied batch throughout:
-    /// it holds a shared lock, so the apply thread waits to write until it is
-    /// dropped. Keep it short-lived.
+    /// it reads a RocksDB snapshot, so it never holds up the apply thread
+    /// (every applied batch is one atomic write, so a snapshot falls between
+    /// two batches).
     pub fn consistent_reader(&self) -> StateReader {
-        StateReader { db: self.db.clone(), _guard: Some(self.state_lock.read_arc()) }
+        StateReader { db: self.db.clone(), snapshot: Some(OwnedSnapshot::new(self.db.clone())) }
     }
 
-    /// A reader for the apply thread itself, the only writer: no lock needed.
+    /// A reader for the apply thread itself, the only writer: it reads the
+    /// live keyspace.
     pub fn apply_reader(&self) -> StateReader {
-        StateReader { db: self.db.clone(), _guard: None }
+        StateReader { db: self.db.clone(), snapshot: None }
+    }
+}
+
+/// A RocksDB snapshot that keeps its database open.
+struct OwnedSnapshot {
+    /// Declared before `_db`, so dropped (released) before it.
+    snapshot: SnapshotWithThreadMode<'static, DB>,
+    _db: Arc<DB>,
+}
+
+impl OwnedSnapshot {
+    fn new(db: Arc<DB>) -> Self {
+        let snapshot = db.snapshot();
+        // SAFETY: the snapshot borrows the `DB` inside the `Arc`, which does
+        // not move and which `_db` keeps alive for as long as the snapshot
+        // (released first, by field order). Nothing hands out the snapshot
+        // with the extended lifetime.
+        #[allow(unsafe_code)]
+        let snapshot = unsafe {
+            std::mem::transmute::<SnapshotWithThreadMode<'_, DB>, SnapshotWithThreadMode<'static, DB>>(snapshot)
+        };
+        Self { snapshot, _db: db }
     }
 }
 
 /// Reads the plugin keyspace.
 pub struct StateReader {
     db: Arc<DB>,
-    _guard: Option<ArcRwLockReadGuard<RawRwLock, ()>>,
+    snapshot: Option<OwnedSnapshot>,
 }
 
 impl std::fmt::Debug for StateReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StateReader").field("locked", &self._guard.is_some()).finish()
+        f.debug_struct("StateReader").field("snapshot", &self.snapshot.is_some()).finish()
     }
 }
 
@@ -167,9 +188,17 @@ impl StateReader {
         self.db.cf_handle(CF_STATE).expect("column family created at open")
     }
 
+    fn read_options(&self) -> rocksdb::ReadOptions {
+        let mut opts = rocksdb::ReadOptions::default();
+        if let Some(s) = &self.snapshot {
+            opts.set_snapshot(&s.snapshot);
+        }
+        opts
+    }
+
     /// The value under `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        Ok(self.db.get_cf(self.cf(), key)?)
+        Ok(self.db.get_cf_opt(self.cf(), key, &self.read_options())?)
     }
 
     /// Visits pairs with `start <= key < end` (`None`: unbounded) in key
@@ -181,7 +210,7 @@ impl StateReader {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StorageError> {
-        let mut opts = rocksdb::ReadOptions::default();
+        let mut opts = self.read_options();
         opts.set_iterate_lower_bound(start.to_vec());
         if let Some(end) = end {
             opts.set_iterate_upper_bound(end.to_vec());
