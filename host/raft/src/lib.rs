@@ -228,7 +228,14 @@ pub use types::{
     ReadState, Role, SnapshotMeta, SoftState, Term,
 };
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 extern crate self as wasmraft_raft;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+#[path = "../tests/sim/storage.rs"]
+pub mod mem_storage;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,13 @@ mod snapshot;
 mod state;
 
 pub use error::StorageError;
+
+/// Fuzz entry points (the cargo-fuzz targets in `fuzz/`).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::codec::decode_any;
+}
 pub use plugin::DeployedPlugin;
 pub use rocks::{Storage, StorageOptions};
 pub use snapshot::SnapshotData;

@@ -154,3 +154,34 @@ fn a_heartbeat_never_commits_past_the_log() {
     drive(c.node(2));
     assert!(c.node(2).status().commit <= last, "commit beyond the last index");
 }
+
+/// A bounded run of the fuzz harness (`crate::fuzzing`, also behind the
+/// cargo-fuzz targets): 20,000 random inputs of up to 600 bytes, each a
+/// sequence of ticks, deliveries, forged messages, proposals and reads fed
+/// to three cores, with the invariants checked after every step.
+#[test]
+fn random_input_sequences_keep_the_core_invariants() {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut total = crate::fuzzing::Report::default();
+    for _ in 0..20_000 {
+        let len = (next() % 600) as usize;
+        let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let r = crate::fuzzing::core_messages(&data);
+        total.steps += r.steps;
+        total.forged += r.forged;
+        total.refused += r.refused;
+        total.committed += r.committed;
+        total.elected += r.elected;
+    }
+    assert!(total.steps > 1_500_000, "{total:?}");
+    assert!(total.forged > 150_000 && total.refused > 50_000, "{total:?}");
+    // The honest part of the traffic makes progress too.
+    assert!(total.elected > 1_000 && total.committed > 1_000, "{total:?}");
+    println!("core fuzz: {total:?}");
+}

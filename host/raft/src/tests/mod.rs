@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../tests/sim/storage.rs"]
-pub(crate) mod mem_storage;
 
 mod election_test;
 mod hostile_input_test;
@@ -15,7 +13,7 @@ mod snapshot_test;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub(crate) use mem_storage::MemStorage;
+pub(crate) use crate::mem_storage::MemStorage;
 
 use crate::{Config, Entry, Index, Message, MessageBody, NodeId, RawNode, ReadState, Role, Term};
 
