@@ -79,6 +79,24 @@ pub(crate) enum LoopMsg {
     Shutdown,
 }
 
+/// The most entry bytes (proposed or received) one loop turn takes in.
+const TURN_BYTES: u64 = 8 << 20;
+/// The most inbox messages one loop turn takes in.
+const TURN_MESSAGES: usize = 10_000;
+
+impl LoopMsg {
+    /// The entry bytes this message brings into the log.
+    fn entry_bytes(&self) -> u64 {
+        match self {
+            LoopMsg::Propose { command, .. } => command.len() as u64,
+            LoopMsg::Step(Message { body: MessageBody::AppendEntries { entries, .. }, .. }) => {
+                entries.iter().map(wasmraft_raft::Entry::size).sum()
+            }
+            _ => 0,
+        }
+    }
+}
+
 pub(crate) struct RaftLoop<T: Transport> {
     pub raw: RawNode<Storage>,
     pub storage: Storage,
@@ -127,15 +145,23 @@ impl<T: Transport> RaftLoop<T> {
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => return,
             };
-            // Everything that arrived while the last Ready was being written
-            // joins one batch: one append, one fsync, one ReadIndex round.
+            // What arrived while the last Ready was being written joins one
+            // batch: one append, one fsync, one ReadIndex round. A turn takes
+            // at most TURN_BYTES of entries and TURN_MESSAGES messages; the
+            // rest waits for the next turn, so that ticks and heartbeats are
+            // never far apart however much is queued.
             let mut proposals = Vec::new();
             let mut reads = Vec::new();
             let mut lease_reads = Vec::new();
-            for msg in first
-                .into_iter()
-                .chain(std::iter::from_fn(|| self.inbox.try_recv().ok()))
-            {
+            let (mut turn_bytes, mut turn_messages) = (0u64, 0usize);
+            let mut next = first;
+            while let Some(msg) = next.take().or_else(|| {
+                (turn_bytes < TURN_BYTES && turn_messages < TURN_MESSAGES)
+                    .then(|| self.inbox.try_recv().ok())
+                    .flatten()
+            }) {
+                turn_bytes += msg.entry_bytes();
+                turn_messages += 1;
                 match msg {
                     LoopMsg::Propose {
                         command,

@@ -342,6 +342,15 @@ impl Cluster {
         self.running.insert(id, child);
     }
 
+    /// The peak resident set of node `id`'s process so far, in KiB
+    /// (`VmHWM`; Linux only).
+    pub fn peak_rss_kib(&self, id: u64) -> Option<u64> {
+        let pid = self.running.get(&id)?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// `kill -9` one node.
     pub fn kill9(&mut self, id: u64) {
         let mut child = self
