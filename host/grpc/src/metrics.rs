@@ -146,6 +146,12 @@ pub fn render(nodes: &[Node]) -> String {
         &|s| (String::new(), s.pending_requests),
     );
     family(
+        "wasmraft_pending_read_rounds",
+        "gauge",
+        "ReadIndex rounds the leader is waiting on (each expires after the request timeout).",
+        &|s| (String::new(), s.pending_read_rounds),
+    );
+    family(
         "wasmraft_busy_refusals_total",
         "counter",
         "Requests refused as busy (too many in flight, or the leader's apply lag).",

@@ -92,6 +92,8 @@ pub struct NodeStatus {
     pub removed: bool,
     /// Client requests (proposals and reads) in flight on this node.
     pub pending_requests: u64,
+    /// ReadIndex rounds the Raft loop is waiting on.
+    pub pending_read_rounds: u64,
     /// Requests refused as `busy` since start (a full queue, apply lag).
     pub busy_refusals: u64,
 }
@@ -307,6 +309,7 @@ impl Node {
             membership: raw.status().membership,
             removed: removed.read().contains(&config.id),
             pending_requests: 0,
+            pending_read_rounds: 0,
             busy_refusals: 0,
         }));
         let (raft_tx, raft_rx) = channel();

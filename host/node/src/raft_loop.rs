@@ -377,6 +377,7 @@ impl<T: Transport> RaftLoop<T> {
             }
             false
         });
+        self.status.lock().pending_read_rounds = self.pending_reads.len() as u64;
     }
 
     fn not_leader(&self) -> Error {
@@ -555,6 +556,7 @@ impl<T: Transport> RaftLoop<T> {
             let mut st = self.status.lock();
             st.term = s.term.0;
             st.commit = s.commit.0;
+            st.pending_read_rounds = self.pending_reads.len() as u64;
             st.last_index = s.last_index.0;
             if st.fatal.is_none() {
                 st.leader = s.leader;

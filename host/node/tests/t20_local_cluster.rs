@@ -188,3 +188,48 @@ async fn an_isolated_leader_serves_no_stale_reads_and_rejoins_after_healing() {
     }
     assert_eq!(get(&old, "lost", Consistency::Linearizable).await, None, "the isolated write never applied");
 }
+
+/// A leader cut off from its followers keeps its role until check-quorum
+/// ends it (one election timeout); a read waiting on it meanwhile gets a
+/// timeout, and its ReadIndex round is dropped then, not kept until the
+/// leader steps down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_round_that_cannot_complete_expires_after_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, |c| {
+        fast(c);
+        // 3 s election timeout, 200 ms request timeout.
+        c.election_ticks = 300;
+        c.request_timeout = Duration::from_millis(200);
+    })
+    .unwrap();
+    // Waits for a leader in steps of the (short) request timeout.
+    let mut tries = 0;
+    let leader = loop {
+        match cluster.leader().await {
+            Ok(l) => break l,
+            Err(e) => {
+                tries += 1;
+                assert!(tries < 100, "no leader: {e}");
+            }
+        }
+    };
+    // The short request timeout can pass on a busy machine: retry.
+    let mut tries = 0;
+    while let Err(e) = leader.propose_as(put("a", "1"), 7, 1).await {
+        tries += 1;
+        assert!(tries < 50, "{e}");
+    }
+    cluster.isolate(leader.id());
+
+    let req = RequestOp { request: Some(Request::RequestRange(RangeRequest { key: b"a".to_vec(), ..Default::default() })) };
+    let e = leader.query(req.encode_to_vec(), Consistency::Linearizable).await.unwrap_err();
+    assert_eq!(e, wasmraft_node::Error::Timeout);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while leader.status().pending_read_rounds > 0 {
+        assert!(std::time::Instant::now() < deadline, "the read round was kept: {:?}", leader.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(leader.status().role, wasmraft_raft::Role::Leader, "the round was dropped only by a step-down");
+    cluster.heal();
+}
