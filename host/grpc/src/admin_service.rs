@@ -16,8 +16,6 @@ use crate::forward::Forwarder;
 
 use crate::status::to_status;
 
-use crate::forward::FORWARDED;
-
 /// The `wasmraft.v1.Admin` and `wasmraft.v1.MembershipChanges` services of one node.
 #[derive(Clone, Debug)]
 pub struct AdminService {
@@ -53,7 +51,7 @@ impl MembershipChanges for AdminService {
         r: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.addresses.admins().require(&r, "a membership change")?;
-        let forwarded = r.metadata().contains_key(FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&r);
         let r = r.into_inner();
         if r.id == 0 || r.address.is_empty() {
             return Err(Status::invalid_argument(
@@ -74,7 +72,7 @@ impl MembershipChanges for AdminService {
         r: Request<MemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.addresses.admins().require(&r, "a membership change")?;
-        let forwarded = r.metadata().contains_key(FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&r);
         let r = r.into_inner();
         match self.node.promote(r.id).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
@@ -90,7 +88,7 @@ impl MembershipChanges for AdminService {
         r: Request<MemberRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
         self.addresses.admins().require(&r, "a membership change")?;
-        let forwarded = r.metadata().contains_key(FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&r);
         let r = r.into_inner();
         match self.node.remove_member(r.id).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
@@ -156,7 +154,7 @@ impl Admin for AdminService {
         // another node this one can reach.
         // Forwarded once at most: two nodes that each think the other leads
         // must not bounce the request between them.
-        let forwarded = r.metadata().contains_key(FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&r);
         if let Some(leader) = m.leader.filter(|l| l.0 != self.node.id() && !forwarded) {
             if let Some(channel) = self.addresses.channel(leader.0) {
                 let mut client = AdminClient::new(channel);
@@ -205,7 +203,7 @@ impl Admin for AdminService {
         self.addresses
             .admins()
             .require(&request, "a leader transfer")?;
-        let forwarded = request.metadata().contains_key(FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&request);
         let to = request.into_inner().to;
         match self.node.transfer_leader(to).await {
             Ok(()) => Ok(Response::new(TransferLeaderResponse {})),

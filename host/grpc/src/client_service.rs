@@ -82,7 +82,7 @@ impl Client for ClientService {
         // Forwarded once at most: a node that got a forwarded proposal but
         // does not lead (its hint was stale) answers "not the leader"
         // instead of passing it on, so two nodes never bounce it.
-        let forwarded = request.metadata().contains_key(crate::forward::FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&request);
         let r = request.into_inner();
         match self
             .node

@@ -22,6 +22,11 @@ use crate::peer::PeerBook;
 /// Metadata on a request one node forwarded to another.
 pub(crate) const FORWARDED: &str = "wasmraft-forwarded";
 
+/// Whether another node forwarded `request` (it is then never passed on).
+pub(crate) fn is_forwarded<T>(request: &tonic::Request<T>) -> bool {
+    request.metadata().contains_key(FORWARDED)
+}
+
 /// `message` as a request marked forwarded.
 pub(crate) fn forwarded<T>(message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);

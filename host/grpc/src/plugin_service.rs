@@ -49,7 +49,7 @@ fn info(p: wasmraft_node::PluginInfo) -> PluginInfo {
 impl Plugins for PluginService {
     async fn deploy(&self, r: Request<DeployRequest>) -> Result<Response<DeployResponse>, Status> {
         self.addresses.admins().require(&r, "plugin deploy")?;
-        let forwarded = r.metadata().contains_key(crate::forward::FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&r);
         let r = r.into_inner();
         match self.node.deploy_plugin(r.wasm.clone()).await {
             Ok((plugin, deployed_at)) => Ok(Response::new(DeployResponse {
@@ -81,7 +81,7 @@ impl Plugins for PluginService {
         r: Request<CheckHashesRequest>,
     ) -> Result<Response<CheckHashesResponse>, Status> {
         self.addresses.admins().require(&r, "a hash check")?;
-        let forwarded = r.metadata().contains_key(crate::forward::FORWARDED);
+        let forwarded = crate::forward::is_forwarded(&r);
         match self.node.check_hashes().await {
             Ok(index) => Ok(Response::new(CheckHashesResponse { index })),
             Err(e) => match self.leader(&e, forwarded) {

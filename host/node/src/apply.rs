@@ -161,10 +161,7 @@ impl ApplyWorker {
             }
         }
         tracing::info!(index = meta.last.index.0, keys = data.state.len(), "installed a snapshot from the leader");
-        for (id, address) in self.storage.addresses().map_err(|e| e.to_string())? {
-            self.addresses.write().insert(id, address.clone());
-            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
-        }
+        self.publish_addresses(self.storage.addresses().map_err(|e| e.to_string())?);
         self.sessions = sessions;
         self.last_applied = meta.last;
         self.snapshot_index = meta.last.index.0;
@@ -338,10 +335,7 @@ impl ApplyWorker {
                 .map_err(|e| e.to_string())?,
         }
         self.last_applied = last;
-        for (id, address) in records.addresses {
-            self.addresses.write().insert(id, address.clone());
-            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
-        }
+        self.publish_addresses(records.addresses);
         if let Some(index) = hash_at {
             let hash = self.storage.state_hash().map_err(|e| format!("hashing the keyspace: {e}"))?;
             if let Some(expect) = self.hashes.record(index, hash, &self.status) {
@@ -390,6 +384,15 @@ impl ApplyWorker {
             Err(reason) => tracing::warn!(index = at.index, %reason, "refused a plugin deploy"),
         }
         Ok(prepared)
+    }
+
+    /// Hands durably recorded member addresses to the node handle and the
+    /// Raft loop's transport.
+    fn publish_addresses(&self, addresses: Vec<(u64, String)>) {
+        for (id, address) in addresses {
+            self.addresses.write().insert(id, address.clone());
+            let _ = self.raft.send(LoopMsg::SetAddress { id, address });
+        }
     }
 
     /// Stores a deploy with its applied index and switches to the plugin.

@@ -178,8 +178,8 @@ struct Inner {
     /// Ids removed from the cluster (written by the Raft loop).
     removed: Arc<parking_lot::RwLock<std::collections::BTreeSet<u64>>>,
     /// Admission: one permit per client request in flight, and one per byte.
-    pending_requests: Arc<tokio::sync::Semaphore>,
-    pending_bytes: Arc<tokio::sync::Semaphore>,
+    pending_requests: tokio::sync::Semaphore,
+    pending_bytes: tokio::sync::Semaphore,
     /// One permit per query allowed to run at once.
     query_slots: tokio::sync::Semaphore,
     busy_refusals: std::sync::atomic::AtomicU64,
@@ -390,8 +390,8 @@ impl Node {
             commit = hard_state.commit.0,
             "node started"
         );
-        let pending_requests = Arc::new(tokio::sync::Semaphore::new(config.max_pending_requests));
-        let pending_bytes = Arc::new(tokio::sync::Semaphore::new(config.max_pending_bytes));
+        let pending_requests = tokio::sync::Semaphore::new(config.max_pending_requests);
+        let pending_bytes = tokio::sync::Semaphore::new(config.max_pending_bytes);
         let query_slots = tokio::sync::Semaphore::new(config.plugin.query_instances);
         Ok(Node {
             inner: Arc::new(Inner {

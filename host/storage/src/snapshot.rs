@@ -12,9 +12,9 @@ use crate::codec;
 use crate::error::StorageError;
 use crate::log::encode_index;
 use crate::rocks::{CF_LOG, CF_META, CF_RAFT, CF_STATE, KEY_APPLIED, KEY_SNAPSHOT, Storage};
+use crate::state::SESSION_PREFIX;
 
 pub(crate) const KEY_APPLIED_MEMBERSHIP: &[u8] = b"applied_membership";
-use crate::state::SESSION_PREFIX;
 const ADDRESS_PREFIX: &[u8] = b"address/";
 
 pub(crate) fn address_key(id: u64) -> Vec<u8> {
@@ -191,7 +191,7 @@ impl Storage {
             batch.put_cf(metacf, KEY_APPLIED_MEMBERSHIP, codec::encode_membership(&meta.membership));
             batch.put_cf(self.cf(CF_RAFT), KEY_SNAPSHOT, codec::encode_snapshot_meta(meta));
             batch.delete_range_cf(self.cf(CF_LOG), encode_index(Index(0)), encode_index(Index(u64::MAX)));
-                self.db.write_opt(batch, &self.sync_opts())?;
+            self.db.write_opt(batch, &self.sync_opts())?;
             *bounds = crate::rocks::Bounds { first: meta.last.index.next(), last: meta.last.index, before_first: meta.last };
         }
         let path = self.checkpoint_path(meta.last.index);

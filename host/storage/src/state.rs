@@ -40,7 +40,6 @@ impl AppliedRecords {
 
 /// Client sessions (exactly-once retries) live in `meta` under this prefix,
 /// keyed by big-endian client id; the node owns the value format.
-/// Where client sessions live in `meta`: `session/` + client id (BE).
 pub(crate) const SESSION_PREFIX: &[u8] = b"session/";
 
 fn session_key(client: u64) -> Vec<u8> {
@@ -139,42 +138,30 @@ impl Storage {
     /// (every applied batch is one atomic write, so a snapshot falls between
     /// two batches).
     pub fn consistent_reader(&self) -> StateReader {
-        StateReader { db: self.db.clone(), snapshot: Some(OwnedSnapshot::new(self.db.clone())) }
+        let snapshot = self.db.snapshot();
+        // SAFETY: the snapshot borrows the `DB` inside the `Arc`, which does
+        // not move and which the reader's `db` keeps alive for as long as the
+        // snapshot (released first, by field order). Nothing hands out the
+        // snapshot with the extended lifetime.
+        #[allow(unsafe_code)]
+        let snapshot = unsafe {
+            std::mem::transmute::<SnapshotWithThreadMode<'_, DB>, SnapshotWithThreadMode<'static, DB>>(snapshot)
+        };
+        StateReader { snapshot: Some(snapshot), db: self.db.clone() }
     }
 
     /// A reader for the apply thread itself, the only writer: it reads the
     /// live keyspace.
     pub fn apply_reader(&self) -> StateReader {
-        StateReader { db: self.db.clone(), snapshot: None }
-    }
-}
-
-/// A RocksDB snapshot that keeps its database open.
-struct OwnedSnapshot {
-    /// Declared before `_db`, so dropped (released) before it.
-    snapshot: SnapshotWithThreadMode<'static, DB>,
-    _db: Arc<DB>,
-}
-
-impl OwnedSnapshot {
-    fn new(db: Arc<DB>) -> Self {
-        let snapshot = db.snapshot();
-        // SAFETY: the snapshot borrows the `DB` inside the `Arc`, which does
-        // not move and which `_db` keeps alive for as long as the snapshot
-        // (released first, by field order). Nothing hands out the snapshot
-        // with the extended lifetime.
-        #[allow(unsafe_code)]
-        let snapshot = unsafe {
-            std::mem::transmute::<SnapshotWithThreadMode<'_, DB>, SnapshotWithThreadMode<'static, DB>>(snapshot)
-        };
-        Self { snapshot, _db: db }
+        StateReader { snapshot: None, db: self.db.clone() }
     }
 }
 
 /// Reads the plugin keyspace.
 pub struct StateReader {
+    /// Declared before `db`, so released before it.
+    snapshot: Option<SnapshotWithThreadMode<'static, DB>>,
     db: Arc<DB>,
-    snapshot: Option<OwnedSnapshot>,
 }
 
 impl std::fmt::Debug for StateReader {
@@ -191,7 +178,7 @@ impl StateReader {
     fn read_options(&self) -> rocksdb::ReadOptions {
         let mut opts = rocksdb::ReadOptions::default();
         if let Some(s) = &self.snapshot {
-            opts.set_snapshot(&s.snapshot);
+            opts.set_snapshot(s);
         }
         opts
     }
