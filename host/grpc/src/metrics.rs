@@ -188,7 +188,50 @@ pub fn render(nodes: &[Node]) -> String {
             n.load(std::sync::atomic::Ordering::Relaxed)
         );
     }
+    render_lanes(&mut out);
     out
+}
+
+/// The peer lanes of this process (`lane.rs`): queue depth now, and the
+/// messages dropped because a lane's budget was full or its peer unreachable.
+fn render_lanes(out: &mut String) {
+    let lanes = crate::lane::stats();
+    let _ = writeln!(
+        out,
+        "# HELP wasmraft_peer_dropped_messages_total Raft messages to a peer dropped before sending (Raft resends), by lane and reason (full: the lane's budget; unreachable: the peer).\n\
+         # TYPE wasmraft_peer_dropped_messages_total counter"
+    );
+    for ((node, peer, lane), s) in &lanes {
+        for (reason, n) in [("full", s.dropped_full), ("unreachable", s.dropped_unreachable)] {
+            let _ = writeln!(
+                out,
+                "wasmraft_peer_dropped_messages_total{{node=\"{node}\",peer=\"{peer}\",lane=\"{}\",reason=\"{reason}\"}} {n}",
+                lane.name()
+            );
+        }
+    }
+    for (name, help, value) in [
+        (
+            "wasmraft_peer_queued_messages",
+            "Raft messages queued for a peer, by lane.",
+            (|s: &crate::lane::LaneStats| s.queued_messages) as fn(&crate::lane::LaneStats) -> u64,
+        ),
+        (
+            "wasmraft_peer_queued_bytes",
+            "Encoded bytes of Raft messages queued for a peer, by lane (bounded by the lane's budget).",
+            |s| s.queued_bytes,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for ((node, peer, lane), s) in &lanes {
+            let _ = writeln!(
+                out,
+                "{name}{{node=\"{node}\",peer=\"{peer}\",lane=\"{}\"}} {}",
+                lane.name(),
+                value(s)
+            );
+        }
+    }
 }
 
 fn escape(v: &str) -> String {

@@ -1,11 +1,12 @@
-//! Raft messages between nodes: one long-lived gRPC stream per peer.
+//! Raft messages between nodes: two lanes per peer (control and data), each
+//! a bounded queue drained into one long-lived gRPC stream on a connection
+//! of its own; see [`GrpcTransport`] and `lane.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use prost::Message as _;
 use tonic::Request;
 use tonic::transport::ClientTlsConfig;
 
@@ -15,13 +16,12 @@ use tonic::transport::Endpoint;
 use wasmraft_node::{SnapshotData, SnapshotDone, SnapshotLoader, Transport};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_client::RaftClient;
-use wasmraft_proto::v1::{KeyValuePair, RaftBatch, RaftMessage, SnapshotChunk};
+use wasmraft_proto::v1::{KeyValuePair, RaftBatch, SnapshotChunk};
 use wasmraft_raft::{Message, MessageBody, NodeId};
 
+use crate::lane::{self, Budgets, LaneId, LaneKind, LaneReceiver, LaneSender};
 use crate::peer::{LEADER_TERM, PeerBook, REFUSAL, Refusal};
 
-/// Messages queued for one peer before new ones are dropped (Raft resends).
-const QUEUE: usize = 16 * 1024;
 /// The most messages sent in one batch.
 const BATCH: usize = 1024;
 /// The most bytes of messages in one batch (one alone may be larger): far
@@ -33,20 +33,67 @@ const BATCH_BYTES: usize = 4 << 20;
 const CHUNK_PAIRS: usize = 1024;
 
 /// Sends Raft messages to peers over gRPC (dropping those to peers that
-/// [`crate::Faults`] cut off). Each peer gets a task that keeps
-/// one stream open, reconnecting after failures, and sends whatever has
-/// queued up as one batch; [`Transport::send`] only queues, so it never
+/// [`crate::Faults`] cut off). [`Transport::send`] only queues, so it never
 /// blocks the Raft loop.
+///
+/// Each peer gets two lanes ([`LaneKind`]): *control* (votes, pre-votes,
+/// heartbeats, their answers, TimeoutNow, ReadIndex) and *data*
+/// (AppendEntries and their answers). Each lane is a queue bounded in
+/// messages and bytes ([`Budgets`]; a message that does not fit is dropped
+/// and counted in `wasmraft_peer_dropped_messages_total`, and Raft resends)
+/// and a task that keeps one stream open on a connection of its own,
+/// reconnecting after failures, and sends what has queued as batches.
+/// Order is kept within a lane, not across lanes: the core tolerates a
+/// heartbeat answer overtaking appends (`wasmraft_raft`, "Heartbeats may
+/// overtake appends").
+///
+/// Two streams on two connections rather than one stream drained
+/// control-first: a priority queue can only reorder what it still holds,
+/// while a heartbeat behind a batch already handed to the stream would wait
+/// for megabytes in the stream's HTTP/2 window and the TCP send buffer. On
+/// its own connection the control lane shares neither, so it never waits
+/// behind the data lane.
 #[derive(Debug)]
 pub struct GrpcTransport {
     self_id: u64,
     faults: crate::faults::Faults,
-    peers: HashMap<NodeId, mpsc::Sender<RaftMessage>>,
+    peers: HashMap<NodeId, Lanes>,
+    budgets: Budgets,
     addresses: BTreeMap<u64, String>,
     runtime: tokio::runtime::Handle,
     link: Link,
     /// Removed members: never dialed again.
     removed: std::collections::BTreeSet<u64>,
+}
+
+/// The two lanes to one peer; dropping them ends their tasks once the
+/// queued messages are sent (or discarded, if the peer is unreachable).
+#[derive(Debug)]
+struct Lanes {
+    control: LaneSender,
+    data: LaneSender,
+}
+
+impl Lanes {
+    fn open(id: u64, addr: &str, link: &Link, budgets: Budgets, runtime: &tokio::runtime::Handle) -> Self {
+        let open = |kind, budget| {
+            let lane_id = LaneId { node: link.self_id, peer: id, kind };
+            let (tx, rx) = lane::lane(lane_id, budget);
+            runtime.spawn(lane_task(id, addr.to_string(), kind, rx, link.clone()));
+            tx
+        };
+        Lanes {
+            control: open(LaneKind::Control, budgets.control),
+            data: open(LaneKind::Data, budgets.data),
+        }
+    }
+
+    fn get(&self, kind: LaneKind) -> &LaneSender {
+        match kind {
+            LaneKind::Control => &self.control,
+            LaneKind::Data => &self.data,
+        }
+    }
 }
 
 /// What every stream to a peer shares: identity metadata, TLS, and where
@@ -114,24 +161,39 @@ impl GrpcTransport {
             tls,
             refused: Arc::default(),
         };
+        let budgets = Budgets::default();
         let mut senders = HashMap::new();
         for (&id, addr) in peers {
             if id == self_id {
                 continue;
             }
-            let (tx, rx) = mpsc::channel(QUEUE);
-            runtime.spawn(peer_task(id, addr.clone(), rx, link.clone()));
-            senders.insert(NodeId(id), tx);
+            senders.insert(NodeId(id), Lanes::open(id, addr, &link, budgets, runtime));
         }
         Self {
             self_id,
             faults,
             peers: senders,
+            budgets,
             addresses: peers.clone(),
             runtime: runtime.clone(),
             link,
             removed: Default::default(),
         }
+    }
+}
+
+impl GrpcTransport {
+    /// Replaces the lanes' limits (default [`Budgets::default`]); lanes
+    /// reopen, dropping what was queued. For tests and tuning.
+    #[must_use]
+    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+        self.budgets = budgets;
+        for (id, addr) in &self.addresses {
+            if let Some(lanes) = self.peers.get_mut(&NodeId(*id)) {
+                *lanes = Lanes::open(*id, addr, &self.link, budgets, &self.runtime);
+            }
+        }
+        self
     }
 }
 
@@ -142,13 +204,9 @@ impl Transport for GrpcTransport {
                 continue;
             }
             match self.peers.get(&m.to) {
-                Some(tx) => {
-                    // One stream per peer, in order: the leader's follower
-                    // tracking reads a heartbeat answered before an append
-                    // as that append lost.
-                    if tx.try_send(convert::message(m)).is_err() {
-                        tracing::debug!("peer queue full; dropping a message");
-                    }
+                Some(lanes) => {
+                    // A full lane drops and counts (`lane.rs`).
+                    lanes.get(LaneKind::of(&m.body)).push(convert::message(m));
                 }
                 None => tracing::warn!(to = m.to.0, "no address for peer; dropping a message"),
             }
@@ -164,10 +222,9 @@ impl Transport for GrpcTransport {
         }
         tracing::info!(peer = id, %address, "learned a member's address");
         self.addresses.insert(id, address.to_string());
-        // A new task for the new address; the old one ends with its queue.
-        let (tx, rx) = mpsc::channel(QUEUE);
-        self.runtime.spawn(peer_task(id, address.to_string(), rx, self.link.clone()));
-        self.peers.insert(NodeId(id), tx);
+        // New tasks for the new address; the old ones end with their queues.
+        let lanes = Lanes::open(id, address, &self.link, self.budgets, &self.runtime);
+        self.peers.insert(NodeId(id), lanes);
     }
 
     fn remove_peer(&mut self, id: u64) {
@@ -266,7 +323,10 @@ async fn stream_snapshot(
     }
 }
 
-async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>, link: Link) {
+/// Keeps one stream to peer `id` open for one lane, on a connection of its
+/// own (see [`GrpcTransport`]), reconnecting after failures, and sends what
+/// has queued as batches of at most [`BATCH`] messages and [`BATCH_BYTES`].
+async fn lane_task(id: u64, addr: String, kind: LaneKind, lane: LaneReceiver, link: Link) {
     let endpoint = match link.endpoint(&addr) {
         Ok(e) => e,
         Err(e) => {
@@ -282,10 +342,9 @@ async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>
         .load(std::sync::atomic::Ordering::Acquire)
         == 0
     {
-        if queue.is_closed() {
+        if lane.discard() {
             return;
         }
-        while queue.try_recv().is_ok() {}
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut failures = 0u32;
@@ -293,51 +352,31 @@ async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>
         let channel = match endpoint.connect().await {
             Ok(c) => c,
             Err(e) => {
-                if failures % 50 == 0 {
-                    tracing::warn!(peer = id, %addr, error = %e, "cannot reach peer");
+                if failures.is_multiple_of(50) {
+                    tracing::warn!(peer = id, %addr, lane = kind.name(), error = %e, "cannot reach peer");
                 }
                 failures += 1;
                 // Messages for an unreachable peer are stale by the time it is back.
-                while queue.try_recv().is_ok() {}
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                if queue.is_closed() {
+                if lane.discard() {
                     return;
                 }
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
         if failures > 0 {
-            tracing::info!(peer = id, %addr, "connected to peer");
+            tracing::info!(peer = id, %addr, lane = kind.name(), "connected to peer");
         }
         failures = 0;
         let mut client = RaftClient::new(channel).max_encoding_message_size(64 << 20);
-        let (batches, stream) = mpsc::channel::<RaftBatch>(64);
+        // Room for one batch: what leaves the lane's budget is at most the
+        // batch waiting here and the one the stream is writing.
+        let (batches, stream) = mpsc::channel::<RaftBatch>(1);
         let forward = async {
-            // A message that did not fit the last batch opens the next one.
-            let mut carry: Option<RaftMessage> = None;
             loop {
-                let first = match carry.take() {
-                    Some(m) => m,
-                    None => match queue.recv().await {
-                        Some(m) => m,
-                        None => return true, // the node stopped
-                    },
+                let Some(messages) = lane.next_batch(BATCH, BATCH_BYTES).await else {
+                    return true; // the lane closed: the peer left or moved
                 };
-                let mut bytes = first.encoded_len();
-                let mut messages = vec![first];
-                while messages.len() < BATCH && bytes < BATCH_BYTES {
-                    match queue.try_recv() {
-                        Ok(m) if bytes + m.encoded_len() > BATCH_BYTES => {
-                            carry = Some(m);
-                            break;
-                        }
-                        Ok(m) => {
-                            bytes += m.encoded_len();
-                            messages.push(m);
-                        }
-                        Err(_) => break,
-                    }
-                }
                 if batches.send(RaftBatch { messages }).await.is_err() {
                     return false; // the stream broke: reconnect
                 }
@@ -352,10 +391,17 @@ async fn peer_task(id: u64, addr: String, mut queue: mpsc::Receiver<RaftMessage>
                         // would not change the answer.
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
-                    tracing::debug!(peer = id, error = %e, "stream to peer ended");
+                    tracing::debug!(peer = id, lane = kind.name(), error = %e, "stream to peer ended");
                 }
             }
+        }
+        if lane.is_closed() && lane.discard() {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[cfg(test)]
+#[path = "transport_test.rs"]
+mod tests;

@@ -150,9 +150,17 @@
 //!   `election_tick` ticks after it starts (a restart forgets the contact).
 //!   The lease ends on any step-down, and on `transfer_leader` for the rest of
 //!   the term (the transfer's election bypasses the voters' guard).
-//! - **Lost appends**: a replicating follower whose window is full and that
-//!   acknowledged nothing for a heartbeat interval is probed again (the
-//!   network may drop silently); `report_unreachable` does so at once.
+//! - **Lost appends**: the network may drop silently. Each heartbeat answer
+//!   makes the leader send a follower what is not in flight: new entries if
+//!   the window has room, else an empty append at the window's end (a probe
+//!   that is outstanding is followed the same way). The follower rejects it
+//!   only if the appends before it were lost, and the leader probes again;
+//!   `report_unreachable` does so at once.
+//! - **Heartbeats may overtake appends**: the driver may send heartbeats,
+//!   votes and their answers ahead of queued appends (another lane), as
+//!   long as AppendEntries to a peer, and AppendResponses to a peer, keep
+//!   their order. A heartbeat answer moves no progress, so it never resends
+//!   entries in flight nor moves `next` back.
 //!
 //! ## Pitfalls and their regression tests
 //!
@@ -189,7 +197,8 @@
 //! | Two snapshots in quick succession (etcd#18055) | `snapshot_test::an_older_snapshot_after_a_newer_one_is_ignored` |
 //! | Membership from snapshot meta, not a stale log (openraft 447dc11c) | `snapshot_test::follower_installs_a_snapshot_with_the_membership_of_its_meta` |
 //! | Install success = follower persisted, not transfer ack (d-engine#308) | `snapshot_test::follower_installs_a_snapshot_with_the_membership_of_its_meta` (the response is a `persisted_messages` entry) |
-//! | Lost appends stall a full pipeline (found by this crate's simulator) | `t50_simulation` (seeds with message drop) |
+//! | Lost appends stall a full pipeline (found by this crate's simulator) | `reorder_test::appends_lost_behind_a_full_window_are_found_by_an_empty_append`, `t50_simulation` (seeds with message drop) |
+//! | A heartbeat answer overtaking appends read as loss: resend storm (the reverted control lane, 104077d) | `reorder_test::a_heartbeat_answer_ahead_of_a_full_window_resends_nothing`, `reorder_test::an_outstanding_probe_is_followed_by_an_empty_one` |
 //!
 //! Outside the core (driver or storage): fsync of directories, torn tails,
 //! storage checksums, snapshot I/O off the loop, idempotent apply, client

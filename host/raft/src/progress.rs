@@ -39,8 +39,29 @@ pub struct Progress {
     pub(crate) recent_active: bool,
     /// The newest heartbeat round (token) the follower acknowledged this term.
     pub(crate) acked_token: u64,
-    /// Whether an append was acknowledged since the last heartbeat answer.
-    pub(crate) progressed: bool,
+}
+
+/// What the leader sends a follower when it answers a heartbeat.
+///
+/// Heartbeats and appends may travel on different lanes (the transport
+/// sends heartbeats ahead of queued appends), so a heartbeat answer says
+/// nothing about appends still in flight. The leader therefore never reads
+/// "no append acknowledged since the last heartbeat" as "appends lost"
+/// (that resent the whole window whenever the append lane was slower than
+/// one heartbeat interval); instead it sends an empty append at the end of
+/// what is in flight. Appends keep their order among themselves, so the
+/// follower sees it after the in-flight ones and rejects it only if they
+/// were lost, which moves the follower to probing (etcd-io/raft
+/// `MsgHeartbeatResp`: only new entries, or an empty append, never a resend).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HeartbeatFollowUp {
+    /// Nothing: caught up, or waiting for a snapshot.
+    Nothing,
+    /// Entries not yet sent (or an empty append if none), as flow control allows.
+    Append,
+    /// An empty append at `next - 1`: the window is full, or a probe is
+    /// outstanding; it checks for loss without resending a byte.
+    EmptyAppend,
 }
 
 impl Progress {
@@ -54,7 +75,6 @@ impl Progress {
             max_inflight,
             recent_active: false,
             acked_token: 0,
-            progressed: false,
         }
     }
 
@@ -109,7 +129,6 @@ impl Progress {
     /// An acknowledgement through `index`; returns whether it was news.
     pub(crate) fn maybe_update(&mut self, index: Index) -> bool {
         let updated = index > self.matched;
-        self.progressed = true;
         if updated {
             self.matched = index;
             self.probe_sent = false;
@@ -121,19 +140,22 @@ impl Progress {
         updated
     }
 
-    /// A heartbeat answer arrived. A replicating follower whose window is
-    /// full and that acknowledged nothing during a whole heartbeat interval
-    /// has lost appends (the network drops silently): probe again from
-    /// `matched + 1`. Returns whether it fell back to probing.
-    pub(crate) fn on_heartbeat_response(&mut self) -> bool {
-        let stalled =
-            self.state == ProgressState::Replicate && self.is_paused() && !self.progressed;
-        self.progressed = false;
-        self.probe_sent = false;
-        if stalled {
-            self.become_probe();
+    /// A heartbeat answer arrived while the leader's log ends at `last`:
+    /// what to send the follower. Changes no state: progress only moves on
+    /// append answers, so an answer overtaking appends in flight (another
+    /// lane) neither regresses `next` nor resends.
+    pub(crate) fn on_heartbeat_response(&self, last: Index) -> HeartbeatFollowUp {
+        match self.state {
+            // The outstanding probe may be lost or only queued behind other
+            // appends: follow it with an empty one rather than its entries.
+            ProgressState::Probe if self.probe_sent => HeartbeatFollowUp::EmptyAppend,
+            // Also when caught up: an answer brings it back to replicating.
+            ProgressState::Probe => HeartbeatFollowUp::Append,
+            ProgressState::Replicate if self.matched >= last => HeartbeatFollowUp::Nothing,
+            ProgressState::Replicate if self.is_paused() => HeartbeatFollowUp::EmptyAppend,
+            ProgressState::Replicate => HeartbeatFollowUp::Append,
+            ProgressState::Snapshot { .. } => HeartbeatFollowUp::Nothing,
         }
-        stalled
     }
 
     /// A rejection of `rejected` (the sent prev index) with the follower's

@@ -53,6 +53,9 @@ pub struct Storage {
     pub(crate) bounds: Arc<Mutex<Bounds>>,
     pub(crate) hard_state: Arc<Mutex<HardState>>,
     pub(crate) options: StorageOptions,
+    /// Fault injection: writes still allowed before the store acts as if
+    /// the process died (`u64::MAX`: no limit). See [`Storage::crash_after_writes`].
+    pub(crate) writes_left: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -74,8 +77,7 @@ impl Storage {
         // Recovery after a torn tail: replay the WAL up to the last intact record
         // rather than refusing to open.
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
-        let cfs = [CF_LOG, CF_RAFT, CF_STATE, CF_META]
-            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        let cfs = bounded_memory(&mut db_opts);
         let db = DB::open_cf_descriptors(&db_opts, dir, cfs)?;
         let storage = Self {
             db: Arc::new(db),
@@ -86,6 +88,7 @@ impl Storage {
             })),
             hard_state: Arc::new(Mutex::new(HardState::default())),
             options,
+            writes_left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
         };
         storage.check_node_id(node_id)?;
         storage.load()?;
@@ -103,12 +106,11 @@ impl Storage {
                     )));
                 }
             }
-            None => self.db.put_cf_opt(
-                cf,
-                KEY_NODE_ID,
-                codec::encode_u64(node_id),
-                &self.sync_opts(),
-            )?,
+            None => {
+                let mut batch = WriteBatch::default();
+                batch.put_cf(cf, KEY_NODE_ID, codec::encode_u64(node_id));
+                self.write(batch, &self.sync_opts())?;
+            }
         }
         Ok(())
     }
@@ -143,6 +145,29 @@ impl Storage {
             .expect("column family created at open")
     }
 
+    /// Every write batch goes through here: one atomic RocksDB write.
+    pub(crate) fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<(), StorageError> {
+        use std::sync::atomic::Ordering;
+        let left = self.writes_left.load(Ordering::Acquire);
+        if left != u64::MAX {
+            if left == 0 {
+                return Err(StorageError::Crashed);
+            }
+            self.writes_left.store(left - 1, Ordering::Release);
+        }
+        self.db.write_opt(batch, opts)?;
+        Ok(())
+    }
+
+    /// Fault injection for crash tests: the next `writes` write batches
+    /// succeed, every later one fails with [`StorageError::Crashed`] and
+    /// changes nothing, as if the process had died between two writes. The
+    /// test then drops every handle and opens the directory again. A write
+    /// batch is atomic, so this reaches every crash point a `kill -9` can.
+    pub fn crash_after_writes(&self, writes: u64) {
+        self.writes_left.store(writes, std::sync::atomic::Ordering::Release);
+    }
+
     pub(crate) fn sync_opts(&self) -> WriteOptions {
         let mut o = WriteOptions::default();
         o.set_sync(self.options.sync_log);
@@ -159,7 +184,7 @@ impl Storage {
             KEY_BOOTSTRAP,
             codec::encode_membership(membership),
         );
-        self.db.write_opt(batch, &self.sync_opts())?;
+        self.write(batch, &self.sync_opts())?;
         Ok(())
     }
 
@@ -183,7 +208,7 @@ impl Storage {
     pub fn set_cluster_id(&self, id: u64) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         batch.put_cf(self.cf(CF_RAFT), KEY_CLUSTER_ID, id.to_be_bytes());
-        self.db.write_opt(batch, &self.sync_opts())?;
+        self.write(batch, &self.sync_opts())?;
         Ok(())
     }
 
@@ -214,7 +239,7 @@ impl Storage {
         let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_be_bytes()).collect();
         let mut batch = WriteBatch::default();
         batch.put_cf(self.cf(CF_RAFT), KEY_REMOVED, bytes);
-        self.db.write_opt(batch, &self.sync_opts())?;
+        self.write(batch, &self.sync_opts())?;
         Ok(())
     }
 
@@ -249,4 +274,41 @@ impl Storage {
     pub fn path(&self) -> &Path {
         self.db.path()
     }
+}
+
+/// All memtables together, across column families: RocksDB flushes the
+/// largest once they pass it.
+const MEMTABLES_BYTES: usize = 64 << 20;
+/// One memtable of the log or state column family (at most two each, one
+/// being flushed): large values fill it in a dozen writes.
+const MEMTABLE_BYTES: usize = 16 << 20;
+/// One memtable of the small column families (hard state, metadata).
+const SMALL_MEMTABLE_BYTES: usize = 4 << 20;
+/// One block cache for every column family.
+const BLOCK_CACHE_BYTES: usize = 32 << 20;
+
+/// Bounds RocksDB's memory: by default each of the four column families
+/// had two 64 MiB memtables and a 32 MiB block cache of its own (640 MiB
+/// in all, reached under large values: the log and state column families
+/// both take every value). Now memtables are at most
+/// [`MEMTABLES_BYTES`] together and blocks share [`BLOCK_CACHE_BYTES`],
+/// index and filter blocks included.
+fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
+    db_opts.set_db_write_buffer_size(MEMTABLES_BYTES);
+    let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_block_cache(&cache);
+    table.set_cache_index_and_filter_blocks(true);
+    [CF_LOG, CF_RAFT, CF_STATE, CF_META].map(|name| {
+        let mut cf = Options::default();
+        cf.set_block_based_table_factory(&table);
+        let size = if name == CF_LOG || name == CF_STATE {
+            MEMTABLE_BYTES
+        } else {
+            SMALL_MEMTABLE_BYTES
+        };
+        cf.set_write_buffer_size(size);
+        cf.set_max_write_buffer_number(2);
+        ColumnFamilyDescriptor::new(name, cf)
+    })
 }

@@ -15,6 +15,7 @@
 use super::Raft;
 use crate::error::ProposeError;
 use crate::message::MessageBody;
+use crate::progress::HeartbeatFollowUp;
 use crate::quorum::{VoteResult, quorum_value, quorum_vote};
 use crate::storage::LogReader;
 use crate::types::{Index, NodeId, ReadId, ReadState, Role};
@@ -104,11 +105,14 @@ impl<L: LogReader> Raft<L> {
             return;
         };
         pr.recent_active = true;
-        pr.on_heartbeat_response();
         // Tokens only grow: a late acknowledgement of an old round changes nothing.
         pr.acked_token = pr.acked_token.max(token);
-        if pr.matched < last {
-            self.send_append(from);
+        // The answer may have overtaken appends in flight (see
+        // `HeartbeatFollowUp`): send only what is not in flight.
+        match pr.on_heartbeat_response(last) {
+            HeartbeatFollowUp::Nothing => {}
+            HeartbeatFollowUp::Append => self.send_append(from),
+            HeartbeatFollowUp::EmptyAppend => self.send_empty_append(from),
         }
         self.advance_reads();
     }

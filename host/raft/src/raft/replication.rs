@@ -118,6 +118,36 @@ impl<L: LogReader> Raft<L> {
         true
     }
 
+    /// Sends `to` an AppendEntries without entries at `next - 1`, paused or
+    /// not, changing no progress: it follows the appends in flight on their
+    /// lane, so the follower accepts it if they arrived and rejects it if
+    /// they were lost (a rejection above `matched` turns to probing).
+    pub(crate) fn send_empty_append(&mut self, to: NodeId) {
+        let Some(pr) = self.progress.get(&to) else {
+            return;
+        };
+        let prev = pr.next.prev();
+        match self.log.term(prev) {
+            Ok(term) => {
+                let body = MessageBody::AppendEntries {
+                    prev: LogId { term, index: prev },
+                    entries: Vec::new(),
+                    commit: self.log.committed,
+                };
+                self.send(to, body);
+            }
+            // The end of the window was compacted away: probe from `matched`
+            // (which sends a snapshot if that is gone too).
+            Err(StorageError::Compacted) => {
+                let pr = self.progress.get_mut(&to).expect("progress checked above");
+                pr.become_probe();
+                self.send_append(to);
+            }
+            Err(StorageError::Unavailable) => {}
+            Err(e) => panic!("raft: reading the term at {prev} for {to}: {e}"),
+        }
+    }
+
     /// Follower: an AppendEntries of the current term's leader.
     pub(crate) fn handle_append(
         &mut self,
@@ -187,7 +217,12 @@ impl<L: LogReader> Raft<L> {
             return;
         }
         let was_paused = pr.is_paused();
-        if !pr.maybe_update(index) {
+        let updated = pr.maybe_update(index);
+        // While probing, an answer at exactly `matched` (to an empty probe,
+        // see `send_empty_append`) also proves the logs agree there
+        // (etcd-io/raft `handleAppendEntries`); without this a lost probe
+        // followed by empty ones would leave the follower probing forever.
+        if !updated && (pr.state != ProgressState::Probe || index != pr.matched) {
             return;
         }
         match pr.state {

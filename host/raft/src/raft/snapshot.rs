@@ -65,7 +65,7 @@ impl<L: LogReader> Raft<L> {
                 pr.state = ProgressState::Snapshot { pending: Index(0) };
             }
             pr.become_probe();
-            // Wait for the next heartbeat answer before probing.
+            // The next heartbeat answer probes (with an empty append).
             pr.probe_sent = true;
         }
     }

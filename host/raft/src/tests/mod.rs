@@ -8,6 +8,7 @@ mod election_test;
 mod hostile_input_test;
 mod membership_test;
 mod read_test;
+mod reorder_test;
 mod replication_test;
 mod snapshot_test;
 
