@@ -17,7 +17,7 @@ use crate::divergence::HashChecks;
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::node::{Applied, NodeStatus};
-use crate::raft_loop::{LoopMsg, ProposeReply};
+use crate::raft_loop::{Flow, LoopMsg, ProposeReply};
 use crate::system::SystemCommand;
 use crate::sessions::{Admission as SessionAdmission, SWEEP_EVERY, Session, Sessions};
 use crate::state_machine::{QueryHandler, StateMachine, StorageView};
@@ -33,10 +33,34 @@ pub(crate) enum ApplyTask {
     Fail,
 }
 
+/// Where the Raft loop hands work to the apply side: the apply thread's
+/// channel, or the simulation's apply step.
+pub(crate) trait ApplyPort: Send {
+    /// Queues `task`; tasks are carried out in the order they were sent.
+    fn send(&mut self, task: ApplyTask);
+
+    /// Installs a snapshot after every task sent before it, and returns once
+    /// it is durable (the Raft loop acknowledges the snapshot after that).
+    fn install_snapshot(&mut self, meta: SnapshotMeta, data: SnapshotData) -> Result<(), String>;
+}
+
+impl ApplyPort for Sender<ApplyTask> {
+    fn send(&mut self, task: ApplyTask) {
+        // The apply thread gone means the node is stopping or fatal; the
+        // Raft loop learns so from the status at its next turn.
+        let _ = Sender::send(self, task);
+    }
+
+    fn install_snapshot(&mut self, meta: SnapshotMeta, data: SnapshotData) -> Result<(), String> {
+        let (done, wait) = std::sync::mpsc::channel();
+        let _ = Sender::send(self, ApplyTask::InstallSnapshot { meta, data, done });
+        wait.recv().map_err(|_| "the apply thread stopped".to_string())?
+    }
+}
+
 pub(crate) struct ApplyWorker {
     pub state_machine: Box<dyn StateMachine>,
     pub storage: Storage,
-    pub tasks: Receiver<ApplyTask>,
     pub raft: Sender<LoopMsg>,
     pub applied: watch::Sender<u64>,
     pub events: broadcast::Sender<Arc<EntryEvent>>,
@@ -62,58 +86,82 @@ pub(crate) struct ApplyWorker {
 }
 
 impl ApplyWorker {
-    pub fn run(mut self) {
+    /// Runs the worker on this thread until its channel closes or it fails.
+    pub fn run(mut self, tasks: Receiver<ApplyTask>) {
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "apply");
         let mut next = None;
         loop {
             let task = match next.take() {
                 Some(task) => task,
-                None => match self.tasks.recv() {
+                None => match tasks.recv() {
                     Ok(task) => task,
                     Err(_) => return,
                 },
             };
-            match task {
-                ApplyTask::Await { index, term, reply } => {
-                    if index <= self.last_applied.index {
-                        // Cannot happen (registration precedes commit); be safe.
-                        let _ = reply.send(Err(Error::ProposalDropped));
-                    } else {
-                        self.waiters.insert(index, (term, reply));
-                    }
-                }
-                ApplyTask::InstallSnapshot { meta, data, done } => {
-                    let result = self.install_snapshot(meta, data);
-                    let failed = result.is_err();
-                    let _ = done.send(result);
-                    if failed {
-                        return;
-                    }
-                }
-                ApplyTask::Fail => {
-                    self.fail("fault injection: the apply worker failed".to_string());
-                    return;
-                }
-                ApplyTask::Apply(entries) => {
-                    let result = split_batches(entries)
-                        .into_iter()
-                        .try_for_each(|batch| self.apply(batch).and_then(|()| self.maybe_snapshot()))
-                        .map(|()| self.maybe_propose_hash_check());
-                    if let Err(fatal) = result {
-                        self.fail(fatal);
-                        return;
-                    }
-                    match self.tasks.try_recv() {
-                        Ok(task) => next = Some(task),
-                        Err(std::sync::mpsc::TryRecvError::Empty) => {
-                            if let Err(fatal) = self.state_machine.idle() {
-                                self.fail(fatal.0);
-                                return;
-                            }
+            let applied = matches!(task, ApplyTask::Apply(_));
+            if self.handle(task) == Flow::Stop {
+                return;
+            }
+            if applied {
+                match tasks.try_recv() {
+                    Ok(task) => next = Some(task),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => {
+                        if self.idle() == Flow::Stop {
+                            return;
                         }
-                        Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
                     }
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
                 }
+            }
+        }
+    }
+
+    /// Carries out one task, without threads of its own (the thread above
+    /// and the deterministic simulation both drive the worker through it).
+    /// `Stop` once the worker failed: the node is fatal.
+    pub fn handle(&mut self, task: ApplyTask) -> Flow {
+        match task {
+            ApplyTask::Await { index, term, reply } => {
+                if index <= self.last_applied.index {
+                    // Cannot happen (registration precedes commit); be safe.
+                    let _ = reply.send(Err(Error::ProposalDropped));
+                } else {
+                    self.waiters.insert(index, (term, reply));
+                }
+            }
+            ApplyTask::InstallSnapshot { meta, data, done } => {
+                let result = self.install_snapshot(meta, data);
+                let failed = result.is_err();
+                let _ = done.send(result);
+                if failed {
+                    return Flow::Stop;
+                }
+            }
+            ApplyTask::Fail => {
+                self.fail("fault injection: the apply worker failed".to_string());
+                return Flow::Stop;
+            }
+            ApplyTask::Apply(entries) => {
+                let result = split_batches(entries)
+                    .into_iter()
+                    .try_for_each(|batch| self.apply(batch).and_then(|()| self.maybe_snapshot()))
+                    .map(|()| self.maybe_propose_hash_check());
+                if let Err(fatal) = result {
+                    self.fail(fatal);
+                    return Flow::Stop;
+                }
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Nothing is queued: prepare the state machine's next call.
+    pub fn idle(&mut self) -> Flow {
+        match self.state_machine.idle() {
+            Ok(()) => Flow::Continue,
+            Err(fatal) => {
+                self.fail(fatal.0);
+                Flow::Stop
             }
         }
     }

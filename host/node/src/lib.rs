@@ -25,6 +25,8 @@ mod local_cluster;
 mod node;
 mod raft_loop;
 mod sessions;
+#[cfg(test)]
+mod simulation;
 mod state_machine;
 mod system;
 mod transport;

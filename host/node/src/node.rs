@@ -145,6 +145,16 @@ impl Drop for FatalOnPanic {
     }
 }
 
+/// A node's parts before its workers run.
+pub(crate) struct Parts<T: Transport> {
+    /// The handle (its `threads` empty).
+    pub node: Node,
+    pub raft_loop: RaftLoop<T>,
+    pub worker: ApplyWorker,
+    /// The apply worker's inbox, fed by the Raft loop's `apply` port.
+    pub apply_tasks: std::sync::mpsc::Receiver<crate::apply::ApplyTask>,
+}
+
 /// A running node: cheap to clone, all methods take `&self`.
 #[derive(Clone)]
 pub struct Node {
@@ -204,8 +214,47 @@ impl Node {
     pub fn start_with_transport<T: Transport>(
         config: NodeConfig,
         wasm: &[u8],
-        mut transport: T,
+        transport: T,
     ) -> Result<Node, StartError> {
+        let Parts { node, raft_loop, worker, apply_tasks } = Self::assemble(config, wasm, transport)?;
+        let (status, id) = (node.inner.status.clone(), node.id());
+        // A worker that panics records why, once, so that the other worker
+        // and every caller see the node is dead rather than half-alive.
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            let (status, what) = (status.clone(), name.to_string());
+            let run = move || {
+                if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "(no message)".into());
+                    let cause = format!("the {what} thread panicked: {message}");
+                    tracing::error!(cause = %cause, "node failed");
+                    // `FatalOnPanic` recorded it already, without the message.
+                    status.lock().refine_fatal(&FatalOnPanic::cause(&what), cause);
+                }
+            };
+            std::thread::Builder::new()
+                .name(format!("{name}-{id}"))
+                .spawn(run)
+                .expect("spawn a thread")
+        };
+        *node.inner.threads.lock() = vec![
+            spawn("apply", Box::new(move || worker.run(apply_tasks))),
+            spawn("raft", Box::new(move || raft_loop.run())),
+        ];
+        Ok(node)
+    }
+
+    /// Opens storage, loads the plugin and builds the node's workers,
+    /// without starting them: `start_with_transport` gives each a thread,
+    /// the simulation drives them itself.
+    pub(crate) fn assemble<T: Transport>(
+        config: NodeConfig,
+        wasm: &[u8],
+        mut transport: T,
+    ) -> Result<Parts<T>, StartError> {
         config.validate().map_err(StartError::Config)?;
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
             StartError::Config(format!("cannot create {}: {e}", config.data_dir.display()))
@@ -320,7 +369,6 @@ impl Node {
         let worker = ApplyWorker {
             state_machine: Box::new(applier),
             storage: storage.clone(),
-            tasks: apply_rx,
             raft: raft_tx.clone(),
             applied: applied_tx,
             events: events_tx.clone(),
@@ -341,9 +389,10 @@ impl Node {
             storage: storage.clone(),
             transport,
             inbox: raft_rx,
-            apply_tx,
+            apply: Box::new(apply_tx),
             status: status.clone(),
             tick_interval: config.tick_interval,
+            next_tick: std::time::Instant::now(),
             sync_log: config.sync_log,
             pending_reads: HashMap::new(),
             read_timeout: config.request_timeout,
@@ -355,32 +404,6 @@ impl Node {
             removed: removed.clone(),
             dropped: Default::default(),
         };
-        // A worker that panics records why, once, so that the other worker
-        // and every caller see the node is dead rather than half-alive.
-        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-            let (status, what) = (status.clone(), name.to_string());
-            let run = move || {
-                if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "(no message)".into());
-                    let cause = format!("the {what} thread panicked: {message}");
-                    tracing::error!(cause = %cause, "node failed");
-                    // `FatalOnPanic` recorded it already, without the message.
-                    status.lock().refine_fatal(&FatalOnPanic::cause(&what), cause);
-                }
-            };
-            std::thread::Builder::new()
-                .name(format!("{name}-{}", config.id))
-                .spawn(run)
-                .expect("spawn a thread")
-        };
-        let threads = vec![
-            spawn("apply", Box::new(move || worker.run())),
-            spawn("raft", Box::new(move || raft_loop.run())),
-        ];
         tracing::info!(
             id = config.id,
             data_dir = %config.data_dir.display(),
@@ -393,7 +416,7 @@ impl Node {
         let pending_requests = tokio::sync::Semaphore::new(config.max_pending_requests);
         let pending_bytes = tokio::sync::Semaphore::new(config.max_pending_bytes);
         let query_slots = tokio::sync::Semaphore::new(config.plugin.query_instances);
-        Ok(Node {
+        let node = Node {
             inner: Arc::new(Inner {
                 commit_at_start: hard_state.commit.0,
                 config,
@@ -403,7 +426,7 @@ impl Node {
                 applied: applied_rx,
                 events: events_tx,
                 status,
-                threads: Mutex::new(threads),
+                threads: Mutex::new(Vec::new()),
                 addresses,
                 loader,
                 pending_requests,
@@ -413,7 +436,8 @@ impl Node {
                 cluster_id: Mutex::new(cluster_id),
                 removed,
             }),
-        })
+        };
+        Ok(Parts { node, raft_loop, worker, apply_tasks: apply_rx })
     }
 
     /// The id of this node's cluster; `None` while a joining node has not
@@ -510,6 +534,15 @@ impl Node {
         // At most `query_instances` queries run at once; more wait here,
         // without holding a thread.
         let _slot = self.inner.query_slots.acquire().await.map_err(|_| Error::Stopped)?;
+        // Inline, not on the blocking pool: a query is microseconds of CPU
+        // (memtable reads and a warm wasm instance), and handing it to
+        // another thread cost more than running it (two wake-ups per read).
+        self.query_applied(&request)
+    }
+
+    /// Runs `request` through the plugin's `query` over this node's applied
+    /// state, whatever index that is.
+    pub(crate) fn query_applied(&self, request: &[u8]) -> Result<Vec<u8>, Error> {
         // The plugin and the state it reads are taken together, under a lock
         // held only for that: a deploy or a snapshot install switches both at
         // once (see `SharedQueries`). The state is a RocksDB snapshot, so a
@@ -520,10 +553,7 @@ impl Node {
                 Arc::new(StorageView(self.inner.storage.consistent_reader()));
             (queries.clone(), view)
         };
-        // Inline, not on the blocking pool: a query is microseconds of CPU
-        // (memtable reads and a warm wasm instance), and handing it to
-        // another thread cost more than running it (two wake-ups per read).
-        queries.query(view, &request).map_err(Error::from)
+        queries.query(view, request).map_err(Error::from)
     }
 
     /// The one client limit (`max_request_bytes`), exact and checked before
@@ -617,7 +647,7 @@ impl Node {
         }
     }
 
-    fn send(&self, msg: LoopMsg) -> Result<(), Error> {
+    pub(crate) fn send(&self, msg: LoopMsg) -> Result<(), Error> {
         self.inner.raft.send(msg).map_err(|_| Error::Stopped)
     }
 

@@ -15,7 +15,7 @@ use wasmraft_raft::{
 };
 use wasmraft_storage::{SnapshotData, Storage};
 
-use crate::apply::ApplyTask;
+use crate::apply::{ApplyPort, ApplyTask};
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::node::{Members, NodeStatus};
@@ -102,9 +102,13 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub storage: Storage,
     pub transport: T,
     pub inbox: Receiver<LoopMsg>,
-    pub apply_tx: std::sync::mpsc::Sender<ApplyTask>,
+    /// Where committed entries, waiters and snapshots go (the apply thread,
+    /// or the simulation's apply step).
+    pub apply: Box<dyn ApplyPort>,
     pub status: Arc<Mutex<NodeStatus>>,
     pub tick_interval: Duration,
+    /// When the next tick is due.
+    pub next_tick: Instant,
     pub sync_log: bool,
     /// Reads waiting for the ReadIndex round they joined, with when it
     /// started: a round that never completes (the leader lost its quorum but
@@ -130,169 +134,192 @@ pub(crate) struct RaftLoop<T: Transport> {
 }
 
 impl<T: Transport> RaftLoop<T> {
+    /// Runs the loop on this thread until shutdown or a fatal error.
     pub fn run(mut self) {
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "raft");
-        let me = self.raw.status().id.0;
-        if self.removed.read().contains(&me) {
-            self.stop_as_removed("it was removed from the cluster before it stopped last time");
+        if self.start(Instant::now()) == Flow::Stop {
             return;
         }
-        let mut next_tick = Instant::now() + self.tick_interval;
         loop {
-            let timeout = next_tick.saturating_duration_since(Instant::now());
+            let timeout = self.next_tick.saturating_duration_since(Instant::now());
             let first = match self.inbox.recv_timeout(timeout) {
                 Ok(m) => Some(m),
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => return,
             };
-            // What arrived while the last Ready was being written joins one
-            // batch: one append, one fsync, one ReadIndex round. A turn takes
-            // at most TURN_BYTES of entries and TURN_MESSAGES messages; the
-            // rest waits for the next turn, so that ticks and heartbeats are
-            // never far apart however much is queued.
-            let mut proposals = Vec::new();
-            let mut reads = Vec::new();
-            let mut lease_reads = Vec::new();
-            let (mut turn_bytes, mut turn_messages) = (0u64, 0usize);
-            let mut next = first;
-            while let Some(msg) = next.take().or_else(|| {
-                (turn_bytes < TURN_BYTES && turn_messages < TURN_MESSAGES)
-                    .then(|| self.inbox.try_recv().ok())
-                    .flatten()
-            }) {
-                turn_bytes += msg.entry_bytes();
-                turn_messages += 1;
-                match msg {
-                    LoopMsg::Propose {
-                        command,
-                        client_id,
-                        sequence,
-                        reply,
-                    } => proposals.push((command, client_id, sequence, reply)),
-                    LoopMsg::ReadIndex { reply } => reads.push(reply),
-                    LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
-                    LoopMsg::Step(m) => {
-                        if let Err(e) = self.raw.step(m) {
-                            self.dropped.note(&e);
-                        }
-                    }
-                    LoopMsg::Applied(index) => self.raw.applied_to(index),
-                    LoopMsg::ReceiveSnapshot(m, data) => {
-                        if let Err(reason) = self.may_install(&m) {
-                            tracing::warn!(
-                                from = m.from.0,
-                                term = m.term.0,
-                                reason,
-                                "refused a snapshot"
-                            );
-                            continue;
-                        }
-                        let MessageBody::InstallSnapshot { meta } = &m.body else { continue };
-                        let last = meta.last;
-                        if let Err(e) = self.raw.step(m) {
-                            tracing::warn!(error = %e, "dropped a snapshot message");
-                        }
-                        // The data is kept only if the core took the snapshot:
-                        // a stale one in the same drain must not replace the
-                        // data of one it accepted.
-                        if self.raw.pending_snapshot() == Some(last) {
-                            self.received_snapshot = Some((last, data));
-                        }
-                    }
-                    LoopMsg::SnapshotSent { peer, ok } => self.raw.report_snapshot(peer, ok),
-                    LoopMsg::ProposeSystem { data, reply } => {
-                        let term = self.raw.status().term;
-                        match self.raw.propose(vec![data]) {
-                            Ok(range) => {
-                                let _ = self.apply_tx.send(ApplyTask::Await {
-                                    index: range.start,
-                                    term,
-                                    reply,
-                                });
-                            }
-                            Err(e) => {
-                                let _ = reply.send(Err(propose_error(e)));
-                            }
-                        }
-                    }
-                    LoopMsg::ChangeMembership { change, reply } => {
-                        let term = self.raw.status().term;
-                        match self.raw.propose_membership(change) {
-                            Ok(index) => {
-                                let _ = self.apply_tx.send(ApplyTask::Await { index, term, reply });
-                            }
-                            Err(e) => {
-                                let _ = reply.send(Err(propose_error(e)));
-                            }
-                        }
-                    }
-                    LoopMsg::SetAddress { id, address } => self.transport.set_address(id, &address),
-                    LoopMsg::TransferLeader { to, reply } => {
-                        let result = self.raw.transfer_leader(to).map_err(propose_error);
-                        let _ = reply.send(result);
-                    }
-                    LoopMsg::Members { reply } => {
-                        let s = self.raw.status();
-                        let _ = reply.send(Members {
-                            membership: s.membership,
-                            leader: s.leader,
-                            matched: s
-                                .progress
-                                .iter()
-                                .map(|(id, p)| (*id, p.matched.0))
-                                .collect(),
-                        });
-                    }
-                    LoopMsg::InjectFault(crate::node::Worker::Raft) => panic!("fault injection: the raft thread panics"),
-                    LoopMsg::InjectFault(crate::node::Worker::Apply) => {
-                        let _ = self.apply_tx.send(ApplyTask::Fail);
-                    }
-                    LoopMsg::Shutdown => return,
-                }
-            }
-            // Catch up on every tick missed while this process was stalled
-            // (a pause, a slow fsync) before anything reads the core's clock:
-            // a leader paused past its lease must not serve lease reads on
-            // resume as if no time had passed.
-            self.catch_up_ticks(&mut next_tick);
-            // Lease reads right after the clock caught up.
-            for reply in lease_reads {
-                match self.raw.lease_read() {
-                    Some(index) => {
-                        let _ = reply.send(Ok(index));
-                    }
-                    None => reads.push(reply),
-                }
-            }
-            // The apply worker failed: a node that cannot apply must not
-            // keep leading or voting, not even for the rest of this turn.
-            let fatal = self.status.lock().fatal.clone();
-            if let Some(cause) = fatal {
-                tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
-                return;
-            }
-            self.propose(proposals);
-            self.read_index(reads);
-            if let Err(e) = self.handle_readies() {
-                tracing::error!(error = %e, "storage failed; stopping the raft loop");
-                self.status.lock().set_fatal(e.clone());
-                return;
-            }
-            if let Some((leader, term)) = self.transport.refused_as_non_member() {
-                // A leader says so only of ids it saw removed; one at this
-                // node's term or later speaks for the cluster.
-                if term >= self.raw.status().term.0 {
-                    self.stop_as_removed(&format!(
-                        "leader {leader} (term {term}) says it was removed"
-                    ));
-                    return;
-                }
-            }
-            if self.removed.read().contains(&me) {
-                self.stop_as_removed("a committed configuration removed it");
+            if self.turn(first, Instant::now(), wall_clock_ms()) == Flow::Stop {
                 return;
             }
         }
+    }
+
+    /// Before the first turn: a node removed before it last stopped stays
+    /// stopped.
+    pub fn start(&mut self, now: Instant) -> Flow {
+        self.next_tick = now + self.tick_interval;
+        let me = self.raw.status().id.0;
+        if self.removed.read().contains(&me) {
+            self.stop_as_removed("it was removed from the cluster before it stopped last time");
+            return Flow::Stop;
+        }
+        Flow::Continue
+    }
+
+    /// One turn of the loop, without threads or clocks of its own: takes
+    /// `first` and whatever else waits in the inbox (within the turn's
+    /// caps), ticks for every tick interval due by `now`, and carries out
+    /// every `Ready`. `wall_ms` stamps proposals. The thread above and the
+    /// deterministic simulation both drive the loop through this.
+    pub fn turn(&mut self, first: Option<LoopMsg>, now: Instant, wall_ms: u64) -> Flow {
+        let me = self.raw.status().id.0;
+        // What arrived while the last Ready was being written joins one
+        // batch: one append, one fsync, one ReadIndex round. A turn takes
+        // at most TURN_BYTES of entries and TURN_MESSAGES messages; the
+        // rest waits for the next turn, so that ticks and heartbeats are
+        // never far apart however much is queued.
+        let mut proposals = Vec::new();
+        let mut reads = Vec::new();
+        let mut lease_reads = Vec::new();
+        let (mut turn_bytes, mut turn_messages) = (0u64, 0usize);
+        let mut next = first;
+        while let Some(msg) = next.take().or_else(|| {
+            (turn_bytes < TURN_BYTES && turn_messages < TURN_MESSAGES)
+                .then(|| self.inbox.try_recv().ok())
+                .flatten()
+        }) {
+            turn_bytes += msg.entry_bytes();
+            turn_messages += 1;
+            match msg {
+                LoopMsg::Propose {
+                    command,
+                    client_id,
+                    sequence,
+                    reply,
+                } => proposals.push((command, client_id, sequence, reply)),
+                LoopMsg::ReadIndex { reply } => reads.push(reply),
+                LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
+                LoopMsg::Step(m) => {
+                    if let Err(e) = self.raw.step(m) {
+                        self.dropped.note(&e);
+                    }
+                }
+                LoopMsg::Applied(index) => self.raw.applied_to(index),
+                LoopMsg::ReceiveSnapshot(m, data) => {
+                    if let Err(reason) = self.may_install(&m) {
+                        tracing::warn!(
+                            from = m.from.0,
+                            term = m.term.0,
+                            reason,
+                            "refused a snapshot"
+                        );
+                        continue;
+                    }
+                    let MessageBody::InstallSnapshot { meta } = &m.body else { continue };
+                    let last = meta.last;
+                    if let Err(e) = self.raw.step(m) {
+                        tracing::warn!(error = %e, "dropped a snapshot message");
+                    }
+                    // The data is kept only if the core took the snapshot:
+                    // a stale one in the same drain must not replace the
+                    // data of one it accepted.
+                    if self.raw.pending_snapshot() == Some(last) {
+                        self.received_snapshot = Some((last, data));
+                    }
+                }
+                LoopMsg::SnapshotSent { peer, ok } => self.raw.report_snapshot(peer, ok),
+                LoopMsg::ProposeSystem { data, reply } => {
+                    let term = self.raw.status().term;
+                    match self.raw.propose(vec![data]) {
+                        Ok(range) => {
+                            self.apply.send(ApplyTask::Await {
+                                index: range.start,
+                                term,
+                                reply,
+                            });
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(propose_error(e)));
+                        }
+                    }
+                }
+                LoopMsg::ChangeMembership { change, reply } => {
+                    let term = self.raw.status().term;
+                    match self.raw.propose_membership(change) {
+                        Ok(index) => {
+                            self.apply.send(ApplyTask::Await { index, term, reply });
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(propose_error(e)));
+                        }
+                    }
+                }
+                LoopMsg::SetAddress { id, address } => self.transport.set_address(id, &address),
+                LoopMsg::TransferLeader { to, reply } => {
+                    let result = self.raw.transfer_leader(to).map_err(propose_error);
+                    let _ = reply.send(result);
+                }
+                LoopMsg::Members { reply } => {
+                    let s = self.raw.status();
+                    let _ = reply.send(Members {
+                        membership: s.membership,
+                        leader: s.leader,
+                        matched: s
+                            .progress
+                            .iter()
+                            .map(|(id, p)| (*id, p.matched.0))
+                            .collect(),
+                    });
+                }
+                LoopMsg::InjectFault(crate::node::Worker::Raft) => panic!("fault injection: the raft thread panics"),
+                LoopMsg::InjectFault(crate::node::Worker::Apply) => {
+                    self.apply.send(ApplyTask::Fail);
+                }
+                LoopMsg::Shutdown => return Flow::Stop,
+            }
+        }
+        // Catch up on every tick missed while this process was stalled
+        // (a pause, a slow fsync) before anything reads the core's clock:
+        // a leader paused past its lease must not serve lease reads on
+        // resume as if no time had passed.
+        self.catch_up_ticks(now);
+        // Lease reads right after the clock caught up.
+        for reply in lease_reads {
+            match self.raw.lease_read() {
+                Some(index) => {
+                    let _ = reply.send(Ok(index));
+                }
+                None => reads.push(reply),
+            }
+        }
+        // The apply worker failed: a node that cannot apply must not
+        // keep leading or voting, not even for the rest of this turn.
+        let fatal = self.status.lock().fatal.clone();
+        if let Some(cause) = fatal {
+            tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
+            return Flow::Stop;
+        }
+        self.propose(proposals, wall_ms);
+        self.read_index(reads, now);
+        if let Err(e) = self.handle_readies() {
+            tracing::error!(error = %e, "storage failed; stopping the raft loop");
+            self.status.lock().set_fatal(e.clone());
+            return Flow::Stop;
+        }
+        if let Some((leader, term)) = self.transport.refused_as_non_member() {
+            // A leader says so only of ids it saw removed; one at this
+            // node's term or later speaks for the cluster.
+            if term >= self.raw.status().term.0 {
+                self.stop_as_removed(&format!(
+                    "leader {leader} (term {term}) says it was removed"
+                ));
+                return Flow::Stop;
+            }
+        }
+        if self.removed.read().contains(&me) {
+            self.stop_as_removed("a committed configuration removed it");
+            return Flow::Stop;
+        }
+        Flow::Continue
     }
 
     /// Whether a received snapshot may be installed: only the leader of the
@@ -345,15 +372,14 @@ impl<T: Transport> RaftLoop<T> {
     /// Ticks once per tick interval elapsed since `next_tick`. After a long
     /// stall the ticks are capped at a few election timeouts: enough to end
     /// any lease and start an election, and no more work than that.
-    fn catch_up_ticks(&mut self, next_tick: &mut Instant) {
-        let now = Instant::now();
+    fn catch_up_ticks(&mut self, now: Instant) {
         let mut ticks = 0;
-        while *next_tick <= now {
+        while self.next_tick <= now {
             self.raw.tick();
-            *next_tick += self.tick_interval;
+            self.next_tick += self.tick_interval;
             ticks += 1;
             if ticks >= self.max_catch_up_ticks {
-                *next_tick = now + self.tick_interval;
+                self.next_tick = now + self.tick_interval;
                 break;
             }
         }
@@ -386,14 +412,11 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    fn propose(&mut self, proposals: Vec<(Vec<u8>, u64, u64, ProposeReply)>) {
+    fn propose(&mut self, proposals: Vec<(Vec<u8>, u64, u64, ProposeReply)>, wall_ms: u64) {
         if proposals.is_empty() {
             return;
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        self.last_stamp_ms = self.last_stamp_ms.max(now);
+        self.last_stamp_ms = self.last_stamp_ms.max(wall_ms);
         let stamp = self.last_stamp_ms;
         let (commands, replies): (Vec<_>, Vec<_>) = proposals
             .into_iter()
@@ -416,7 +439,7 @@ impl<T: Transport> RaftLoop<T> {
                 for (index, reply) in (range.start.0..range.end.0).zip(replies) {
                     // Registered before the entries can commit (a later Ready),
                     // and the apply channel is FIFO.
-                    let _ = self.apply_tx.send(ApplyTask::Await {
+                    self.apply.send(ApplyTask::Await {
                         index: Index(index),
                         term,
                         reply,
@@ -432,7 +455,7 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    fn read_index(&mut self, reads: Vec<IndexReply>) {
+    fn read_index(&mut self, reads: Vec<IndexReply>, now: Instant) {
         if reads.is_empty() {
             return;
         }
@@ -440,7 +463,7 @@ impl<T: Transport> RaftLoop<T> {
         let id = ReadId(self.next_read_id);
         match self.raw.read_index(id) {
             Ok(()) => {
-                self.pending_reads.insert(id, (Instant::now(), reads));
+                self.pending_reads.insert(id, (now, reads));
             }
             Err(_) => {
                 let err = self.not_leader();
@@ -520,14 +543,9 @@ impl<T: Transport> RaftLoop<T> {
                         ));
                     }
                 };
-                // Installed by the apply thread, after everything it was given
+                // Installed by the apply side, after everything it was given
                 // before, and durably so before this Ready is acknowledged.
-                let (done, wait) = std::sync::mpsc::channel();
-                let _ = self
-                    .apply_tx
-                    .send(ApplyTask::InstallSnapshot { meta, data, done });
-                wait.recv()
-                    .map_err(|_| "the apply thread stopped".to_string())??;
+                self.apply.install_snapshot(meta, data)?;
             }
             if !rd.entries.is_empty() || rd.hard_state.is_some() {
                 self.storage
@@ -540,8 +558,7 @@ impl<T: Transport> RaftLoop<T> {
             }
             self.send(std::mem::take(&mut rd.persisted_messages));
             if !rd.committed_entries.is_empty() {
-                let _ = self
-                    .apply_tx
+                self.apply
                     .send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
             }
             for rs in &rd.read_states {
@@ -588,6 +605,20 @@ impl<T: Transport> RaftLoop<T> {
         }
         Ok(())
     }
+}
+
+/// Whether the loop goes on after a turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    Stop,
+}
+
+/// Milliseconds since the Unix epoch, for stamping proposals.
+fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn propose_error(e: ProposeError) -> Error {

@@ -17,6 +17,10 @@ pub enum StorageError {
     /// The data directory belongs to another node or another format.
     #[error("incompatible data directory: {0}")]
     Incompatible(String),
+    /// A crash point set by fault injection was reached
+    /// ([`crate::Storage::crash_after_writes`]); nothing was written.
+    #[error("crash point reached (fault injection): the write was not made")]
+    Crashed,
 }
 
 impl From<rocksdb::Error> for StorageError {

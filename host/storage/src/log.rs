@@ -60,7 +60,7 @@ impl Storage {
         if !sync {
             opts.set_sync(false);
         }
-        self.db.write_opt(batch, &opts)?;
+        self.write(batch, &opts)?;
         if let Some(last) = entries.last() {
             bounds.last = last.log_id.index;
         }

@@ -113,7 +113,7 @@ impl Storage {
         let mut batch = WriteBatch::default();
         batch.put_cf(self.cf(CF_RAFT), KEY_SNAPSHOT, codec::encode_snapshot_meta(meta));
         batch.delete_range_cf(self.cf(CF_LOG), encode_index(Index(0)), encode_index(meta.last.index.next()));
-        self.db.write_opt(batch, &self.sync_opts())?;
+        self.write(batch, &self.sync_opts())?;
         bounds.first = meta.last.index.next();
         bounds.before_first = meta.last;
         bounds.last = bounds.last.max(meta.last.index);
@@ -191,7 +191,7 @@ impl Storage {
             batch.put_cf(metacf, KEY_APPLIED_MEMBERSHIP, codec::encode_membership(&meta.membership));
             batch.put_cf(self.cf(CF_RAFT), KEY_SNAPSHOT, codec::encode_snapshot_meta(meta));
             batch.delete_range_cf(self.cf(CF_LOG), encode_index(Index(0)), encode_index(Index(u64::MAX)));
-            self.db.write_opt(batch, &self.sync_opts())?;
+            self.write(batch, &self.sync_opts())?;
             *bounds = crate::rocks::Bounds { first: meta.last.index.next(), last: meta.last.index, before_first: meta.last };
         }
         let path = self.checkpoint_path(meta.last.index);

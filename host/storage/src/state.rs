@@ -104,7 +104,7 @@ impl Storage {
             batch.put_cf(meta, address_key(*id), address.as_bytes());
         }
         batch.put_cf(meta, KEY_APPLIED, codec::encode_log_id(&applied));
-        self.db.write_opt(batch, &WriteOptions::default())?;
+        self.write(batch, &WriteOptions::default())?;
         Ok(())
     }
 

@@ -1,0 +1,134 @@
+//! What must hold in every simulated run, checked as the run goes and at
+//! its end.
+//!
+//! - Election safety (Raft §5.2): at most one leader per term.
+//! - State-machine safety (§5.4.3): every node's committed entries are the
+//!   same at each index (read back from each node's own RocksDB log).
+//! - No node fails but by an injected crash point; no node's keyspace
+//!   hash ever differs from its leader's (the node's own hash checks run
+//!   every 25 entries).
+//! - At the end, replicas agree: the same applied index, keyspace hash,
+//!   client sessions and applied membership.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry as Slot;
+use std::hash::{Hash, Hasher};
+
+use wasmraft_raft::{Index, Role};
+
+use crate::node::Node;
+
+/// The cause a node records when it reaches an injected crash point.
+pub(super) const CRASH_POINT: &str = "crash point reached";
+
+#[derive(Default)]
+pub(super) struct Checks {
+    /// The leader seen in each term.
+    leaders: BTreeMap<u64, u64>,
+    /// Term and payload digest of each committed index.
+    committed: BTreeMap<u64, (u64, u64)>,
+    /// Per node, the highest index compared so far.
+    compared: BTreeMap<u64, u64>,
+}
+
+impl Checks {
+    /// Elections won so far (terms with a leader).
+    pub fn elections(&self) -> usize {
+        self.leaders.len()
+    }
+
+    /// Committed indexes seen so far.
+    pub fn committed(&self) -> usize {
+        self.committed.len()
+    }
+
+    /// Checks what node `id` shows now.
+    pub fn observe(&mut self, id: u64, node: &Node) -> Result<(), String> {
+        let st = node.status();
+        if let Some(cause) = &st.fatal {
+            if !cause.contains(CRASH_POINT) {
+                return Err(format!("node {id} failed: {cause}"));
+            }
+            return Ok(());
+        }
+        if let Some(d) = &st.divergence {
+            return Err(format!("node {id}: keyspace hash differs from the leader's: {d}"));
+        }
+        if st.removed {
+            return Err(format!("node {id} believes it was removed"));
+        }
+        if st.role == Role::Leader {
+            match self.leaders.entry(st.term) {
+                Slot::Vacant(v) => {
+                    v.insert(id);
+                }
+                Slot::Occupied(o) if *o.get() != id => {
+                    return Err(format!("two leaders in term {}: {} and {id}", st.term, o.get()));
+                }
+                Slot::Occupied(_) => {}
+            }
+        }
+        // Committed entries still in this node's log, not compared yet.
+        let storage = node.storage();
+        let (first, last) = storage.log_bounds();
+        let from = self.compared.get(&id).copied().unwrap_or(0).max(first.0.saturating_sub(1)) + 1;
+        let to = st.commit.min(last.0);
+        if from > to {
+            return Ok(());
+        }
+        let entries = storage
+            .read_entries(Index(from), Index(to + 1))
+            .map_err(|e| format!("node {id}: reading its log {from}..={to}: {e}"))?;
+        for e in entries {
+            let mut h = std::hash::DefaultHasher::new();
+            format!("{:?}", e.payload).hash(&mut h);
+            let seen = (e.log_id.term.0, h.finish());
+            match self.committed.entry(e.log_id.index.0) {
+                Slot::Vacant(v) => {
+                    v.insert(seen);
+                }
+                Slot::Occupied(o) if *o.get() != seen => {
+                    return Err(format!(
+                        "node {id} committed another entry at index {}: term {} where another node has term {}",
+                        e.log_id.index.0,
+                        seen.0,
+                        o.get().0
+                    ));
+                }
+                Slot::Occupied(_) => {}
+            }
+        }
+        self.compared.insert(id, to);
+        Ok(())
+    }
+}
+
+/// Replica agreement at the end of a run: every node applied the same
+/// index and holds the same keyspace, sessions and membership there.
+pub(super) fn replicas_agree(nodes: &[(u64, Node)]) -> Result<(), String> {
+    let mut first: Option<(u64, String)> = None;
+    for (id, node) in nodes {
+        let s = node.storage();
+        let err = |e: wasmraft_storage::StorageError| format!("node {id}: {e}");
+        let applied = s.applied().map_err(err)?;
+        let summary = format!(
+            "applied {:?}, keyspace {}, sessions {:?}, membership {:?}",
+            applied,
+            hex(&s.state_hash().map_err(err)?),
+            s.sessions().map_err(err)?,
+            s.applied_membership().map_err(err)?
+        );
+        match &first {
+            None => first = Some((*id, summary)),
+            Some((other, expected)) if *expected != summary => {
+                return Err(format!("replicas differ:\n  node {other}: {expected}\n  node {id}: {summary}"));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
