@@ -164,6 +164,8 @@ pub struct LimitsSection {
     pub max_pending_requests: usize,
     pub max_pending_bytes: usize,
     pub max_apply_lag: u64,
+    /// The largest snapshot accepted from a leader (staged on disk).
+    pub max_snapshot_bytes: u64,
 }
 
 impl Default for LimitsSection {
@@ -181,6 +183,7 @@ impl Default for LimitsSection {
             max_pending_requests: n.max_pending_requests,
             max_pending_bytes: n.max_pending_bytes,
             max_apply_lag: n.max_apply_lag,
+            max_snapshot_bytes: n.max_snapshot_bytes,
         }
     }
 }
@@ -272,6 +275,7 @@ impl FileConfig {
             max_pending_requests: self.limits.max_pending_requests,
             max_pending_bytes: self.limits.max_pending_bytes,
             max_apply_lag: self.limits.max_apply_lag,
+            max_snapshot_bytes: self.limits.max_snapshot_bytes,
             cluster_id: self.cluster_id().unwrap_or(0),
             ..NodeConfig::default()
         };

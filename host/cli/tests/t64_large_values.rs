@@ -53,22 +53,9 @@ async fn a_hundred_concurrent_large_puts_succeed_without_an_election() {
     }
     // Counted, not read back: 140 MiB in one answer is past a query's
     // memory limit.
-    use prost::Message as _;
-    use wasmraft_proto::etcdserverpb::{RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response};
-    let count = RequestOp {
-        request: Some(Request::RequestRange(RangeRequest {
-            key: b"big/".to_vec(),
-            range_end: b"big0".to_vec(),
-            count_only: true,
-            ..Default::default()
-        })),
-    };
     let mut client = cluster.client(cluster.endpoints(0));
-    let answer = client.query(count.encode_to_vec(), wasmraft_client::Consistency::Linearizable).await.unwrap();
-    let Some(Response::ResponseRange(r)) = ResponseOp::decode(answer.as_slice()).unwrap().response else {
-        panic!("not a range response")
-    };
-    assert_eq!(r.count, PUTS as i64);
+    let answer = client.query(count_request("big/", b"big0"), wasmraft_client::Consistency::Linearizable).await.unwrap();
+    assert_eq!(range_count(&answer), PUTS as i64);
 
     // Admission holds at most 64 MiB of requests per node; the 140 MiB sent
     // never sit in one node's memory at once. The peak is mostly glibc's

@@ -158,6 +158,12 @@ pub fn render(nodes: &[Node]) -> String {
         &|s| (String::new(), s.busy_refusals),
     );
     family(
+        "wasmraft_peer_inbox_dropped_total",
+        "counter",
+        "Peer messages dropped because the Raft loop's inbox was full (the leader resends).",
+        &|s| (String::new(), s.peer_inbox_dropped),
+    );
+    family(
         "wasmraft_removed",
         "gauge",
         "1 once this node learned it was removed from the cluster.",

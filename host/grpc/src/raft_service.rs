@@ -1,6 +1,6 @@
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
-use wasmraft_node::{Node, SnapshotData};
+use wasmraft_node::{Node, SnapshotPart, SnapshotStaging, StorageError};
 
 use std::sync::Arc;
 
@@ -75,7 +75,9 @@ impl Raft for RaftService {
             .admit(&self.node, request.metadata(), cn.as_deref())?;
         let mut stream = request.into_inner();
         let mut header = None;
-        let mut data = SnapshotData::default();
+        // Staged on disk as chunks arrive (never the whole snapshot in
+        // memory); dropped on any error, which removes its files.
+        let mut staging: Option<SnapshotStaging> = None;
         let mut complete = false;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
@@ -111,15 +113,24 @@ impl Raft for RaftService {
                         ),
                     ));
                 }
+                staging = Some(self.node.stage_snapshot(&meta).map_err(snapshot_status)?);
                 header = Some((meta, chunk.from, chunk.term));
             }
-            data.state
-                .extend(chunk.pairs.into_iter().map(|p| (p.key, p.value)));
-            data.sessions
-                .extend(chunk.sessions.into_iter().map(|p| (p.key, p.value)));
-            data.system
-                .extend(chunk.system.into_iter().map(|p| (p.key, p.value)));
             complete |= chunk.last;
+            let part = SnapshotPart {
+                state: chunk.pairs.into_iter().map(|p| (p.key, p.value)).collect(),
+                sessions: chunk.sessions.into_iter().map(|p| (p.key, p.value)).collect(),
+                system: chunk.system.into_iter().map(|p| (p.key, p.value)).collect(),
+            };
+            if part.is_empty() {
+                continue;
+            }
+            let mut st = staging.take().expect("staged with the header");
+            // Table-file writes block: off the async workers.
+            let added = tokio::task::spawn_blocking(move || st.add(part).map(|()| st))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?;
+            staging = Some(added.map_err(snapshot_status)?);
         }
         let (meta, from, term) =
             header.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
@@ -129,13 +140,29 @@ impl Raft for RaftService {
         if !complete || from == 0 {
             return Err(Status::invalid_argument("incomplete snapshot stream"));
         }
+        let staging = staging.expect("staged with the header");
+        let staged = tokio::task::spawn_blocking(move || staging.finish())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(snapshot_status)?;
         let message = Message {
             from: NodeId(from),
             to: NodeId(self.node.id()),
             term: Term(term),
             body: MessageBody::InstallSnapshot { meta },
         };
-        self.node.receive_snapshot(message, data);
+        tracing::info!(from, index = staged.meta().last.index.0, keys = staged.state_keys(), bytes = staged.bytes(), "received a snapshot");
+        self.node.receive_snapshot(message, staged);
         Ok(Response::new(InstallSnapshotResponse { accepted: true }))
+    }
+}
+
+/// A snapshot the node will not take (too large, malformed) is the
+/// sender's problem; anything else is this node's.
+fn snapshot_status(e: StorageError) -> Status {
+    tracing::warn!(error = %e, "receiving a snapshot failed");
+    match e {
+        StorageError::Refused(_) => Status::invalid_argument(format!("snapshot {e}")),
+        e => Status::internal(format!("staging a snapshot: {e}")),
     }
 }

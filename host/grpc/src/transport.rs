@@ -13,7 +13,7 @@ use tonic::transport::ClientTlsConfig;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
-use wasmraft_node::{SnapshotData, SnapshotDone, SnapshotLoader, Transport};
+use wasmraft_node::{SnapshotDone, SnapshotLoader, SnapshotReader, Transport};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_client::RaftClient;
 use wasmraft_proto::v1::{KeyValuePair, RaftBatch, SnapshotChunk};
@@ -29,8 +29,9 @@ const BATCH: usize = 1024;
 /// the stream refuses (which broke the stream and lost the whole batch).
 const BATCH_BYTES: usize = 4 << 20;
 
-/// Pairs per snapshot chunk.
-const CHUNK_PAIRS: usize = 1024;
+/// Snapshot chunks read ahead of the stream: with parts of about
+/// [`wasmraft_node::SNAPSHOT_PART_BYTES`], a send holds a few MiB at most.
+const CHUNKS_AHEAD: usize = 2;
 
 /// Sends Raft messages to peers over gRPC (dropping those to peers that
 /// [`crate::Faults`] cut off). [`Transport::send`] only queues, so it never
@@ -254,10 +255,10 @@ impl Transport for GrpcTransport {
         self.runtime.spawn(async move {
             let to = message.to.0;
             let result = async {
-                let data = tokio::task::spawn_blocking(load)
+                let reader = tokio::task::spawn_blocking(load)
                     .await
                     .map_err(|e| e.to_string())??;
-                stream_snapshot(&link, &addr, message, data).await
+                stream_snapshot(&link, &addr, message, reader).await
             }
             .await;
             if let Err(e) = &result {
@@ -268,13 +269,15 @@ impl Transport for GrpcTransport {
     }
 }
 
-/// Streams a snapshot in chunks of [`CHUNK_PAIRS`] pairs; the first chunk
-/// carries the metadata, the last one says so.
+/// Streams a snapshot a part at a time, read from its checkpoint on a
+/// blocking thread no further than [`CHUNKS_AHEAD`] chunks ahead of the
+/// stream; the first chunk carries the metadata, an empty last one says the
+/// snapshot is complete (a stream that ends without it is refused).
 async fn stream_snapshot(
     link: &Link,
     addr: &str,
     message: Message,
-    data: SnapshotData,
+    mut reader: SnapshotReader,
 ) -> Result<(), String> {
     let MessageBody::InstallSnapshot { meta } = &message.body else {
         return Err("not an InstallSnapshot message".into());
@@ -285,37 +288,48 @@ async fn stream_snapshot(
         .connect()
         .await
         .map_err(|e| e.to_string())?;
-    let mut client = RaftClient::new(channel).max_encoding_message_size(256 << 20);
-    let pair = |(k, v): &(Vec<u8>, Vec<u8>)| KeyValuePair {
-        key: k.clone(),
-        value: v.clone(),
+    let mut client = RaftClient::new(channel).max_encoding_message_size(64 << 20);
+    let pairs = |list: Vec<(Vec<u8>, Vec<u8>)>| {
+        list.into_iter()
+            .map(|(key, value)| KeyValuePair { key, value })
+            .collect()
     };
-    let mut chunks: Vec<SnapshotChunk> = data
-        .state
-        .chunks(CHUNK_PAIRS)
-        .map(|c| SnapshotChunk {
-            pairs: c.iter().map(pair).collect(),
-            ..Default::default()
-        })
-        .collect();
-    if chunks.is_empty() {
-        chunks.push(SnapshotChunk::default());
-    }
-    chunks[0].meta = Some(convert::snapshot_meta(meta));
-    chunks[0].from = message.from.0;
-    chunks[0].term = message.term.0;
-    let last = chunks.len() - 1;
-    chunks[last].sessions = data.sessions.iter().map(pair).collect();
-    chunks[last].system = data.system.iter().map(pair).collect();
-    chunks[last].last = true;
+    let (tx, rx) = mpsc::channel::<SnapshotChunk>(CHUNKS_AHEAD);
+    let mut header = Some(SnapshotChunk {
+        meta: Some(convert::snapshot_meta(meta)),
+        from: message.from.0,
+        term: message.term.0,
+        ..Default::default()
+    });
+    let producer = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        loop {
+            let part = reader.next_part().map_err(|e| e.to_string())?;
+            let mut chunk = header.take().unwrap_or_default();
+            let Some(part) = part else {
+                chunk.last = true;
+                // The receiver may already have answered; nothing to do then.
+                let _ = tx.blocking_send(chunk);
+                return Ok(());
+            };
+            chunk.pairs = pairs(part.state);
+            chunk.sessions = pairs(part.sessions);
+            chunk.system = pairs(part.system);
+            if tx.blocking_send(chunk).is_err() {
+                return Ok(()); // the stream ended early: its error says why
+            }
+        }
+    });
     let to = message.to.0;
     let response = client
-        .install_snapshot(link.request(to, tokio_stream::iter(chunks)))
+        .install_snapshot(link.request(to, ReceiverStream::new(rx)))
         .await
         .map_err(|status| {
             link.note(to, &status);
             status.to_string()
-        })?;
+        });
+    // A read error ends the stream without its last chunk: report that.
+    producer.await.map_err(|e| e.to_string())??;
+    let response = response?;
     if response.into_inner().accepted {
         Ok(())
     } else {

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tokio::sync::{broadcast, watch};
 use wasmraft_raft::{EntryPayload, Index, LogId, SnapshotMeta, Term};
 use wasmraft_runtime::{EntryEvent, EntryInput, PluginInfo, StateView};
-use wasmraft_storage::{AppliedRecords, SnapshotData, StateWrite, Storage};
+use wasmraft_storage::{AppliedRecords, StagedSnapshot, StateWrite, Storage};
 
 use crate::deploy::{self, Loader, Prepared, SharedQueries};
 use crate::divergence::HashChecks;
@@ -28,7 +28,7 @@ pub(crate) enum ApplyTask {
     /// Committed entries, in log order.
     Apply(Vec<wasmraft_raft::Entry>),
     /// Make a snapshot from the leader current; answer on `done`.
-    InstallSnapshot { meta: SnapshotMeta, data: SnapshotData, done: std::sync::mpsc::Sender<Result<(), String>> },
+    InstallSnapshot { meta: SnapshotMeta, data: StagedSnapshot, done: std::sync::mpsc::Sender<Result<(), String>> },
     /// Fault injection: fail as a storage error would.
     Fail,
 }
@@ -41,7 +41,7 @@ pub(crate) trait ApplyPort: Send {
 
     /// Installs a snapshot after every task sent before it, and returns once
     /// it is durable (the Raft loop acknowledges the snapshot after that).
-    fn install_snapshot(&mut self, meta: SnapshotMeta, data: SnapshotData) -> Result<(), String>;
+    fn install_snapshot(&mut self, meta: SnapshotMeta, data: StagedSnapshot) -> Result<(), String>;
 }
 
 impl ApplyPort for Sender<ApplyTask> {
@@ -51,7 +51,7 @@ impl ApplyPort for Sender<ApplyTask> {
         let _ = Sender::send(self, task);
     }
 
-    fn install_snapshot(&mut self, meta: SnapshotMeta, data: SnapshotData) -> Result<(), String> {
+    fn install_snapshot(&mut self, meta: SnapshotMeta, data: StagedSnapshot) -> Result<(), String> {
         let (done, wait) = std::sync::mpsc::channel();
         let _ = Sender::send(self, ApplyTask::InstallSnapshot { meta, data, done });
         wait.recv().map_err(|_| "the apply thread stopped".to_string())?
@@ -188,18 +188,18 @@ impl ApplyWorker {
         Ok(())
     }
 
-    fn install_snapshot(&mut self, meta: SnapshotMeta, data: SnapshotData) -> Result<(), String> {
-        let sessions = data.sessions.iter().map(|(id, v)| {
-            let id: [u8; 8] = id.as_slice().try_into().map_err(|_| "malformed session id in snapshot".to_string())?;
-            Ok((u64::from_be_bytes(id), v.clone()))
-        });
-        let sessions = Sessions::load(sessions.collect::<Result<Vec<_>, String>>()?)?;
+    fn install_snapshot(&mut self, meta: SnapshotMeta, data: StagedSnapshot) -> Result<(), String> {
+        if data.meta() != &meta {
+            return Err(format!("the staged snapshot at {} is not the one to install ({})", data.meta().last, meta.last));
+        }
+        let sessions = Sessions::load(data.sessions().to_vec())?;
+        let keys = data.state_keys();
         // The snapshot's plugin is ready before its state is written; both
         // switch together under the query lock (see `SharedQueries`).
         let plugin = self.snapshot_plugin(&data)?;
         {
             let mut queries = self.queries.write();
-            self.storage.install_snapshot(&meta, &data).map_err(|e| format!("installing a snapshot: {e}"))?;
+            self.storage.install_snapshot(data).map_err(|e| format!("installing a snapshot: {e}"))?;
             if let Some((state_machine, new_queries, info, deployed_at)) = plugin {
                 *queries = new_queries;
                 self.state_machine = state_machine;
@@ -208,7 +208,7 @@ impl ApplyWorker {
                 status.deployed_at = deployed_at;
             }
         }
-        tracing::info!(index = meta.last.index.0, keys = data.state.len(), "installed a snapshot from the leader");
+        tracing::info!(index = meta.last.index.0, keys, "installed a snapshot from the leader");
         self.publish_addresses(self.storage.addresses().map_err(|e| e.to_string())?);
         self.sessions = sessions;
         self.last_applied = meta.last;
@@ -472,7 +472,7 @@ impl ApplyWorker {
     #[allow(clippy::type_complexity)]
     fn snapshot_plugin(
         &self,
-        data: &SnapshotData,
+        data: &StagedSnapshot,
     ) -> Result<Option<(Box<dyn StateMachine>, Arc<dyn QueryHandler>, PluginInfo, u64)>, String> {
         let Some(loader) = &self.loader else { return Ok(None) };
         let deployed = data.deployed_plugin().map_err(|e| format!("the snapshot's plugin: {e}"))?;

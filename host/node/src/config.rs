@@ -36,6 +36,18 @@ pub struct NodeConfig {
     /// A leader refuses proposals (`busy`) while its state machine is this
     /// many entries behind the commit index (as etcd does at 5000).
     pub max_apply_lag: u64,
+    /// The most bytes of committed entries handed to the apply thread and
+    /// not yet applied (default 64 MiB): a node whose state machine lags
+    /// its log leaves the rest in the log instead of queueing it in memory.
+    pub max_applying_bytes: u64,
+    /// The most bytes of peer messages (entries plus 64 bytes each) that
+    /// wait for the Raft loop at once (default 128 MiB); more are dropped,
+    /// as a lossy network would, and the leader resends.
+    pub max_peer_inbox_bytes: u64,
+    /// The largest snapshot this node accepts from a leader, in bytes of
+    /// keys and values (default 8 GiB, etcd's largest suggested backend
+    /// quota). A snapshot is staged on disk as it arrives, never in memory.
+    pub max_snapshot_bytes: u64,
     /// Seed of the election jitter (default: derived from the id).
     pub seed: Option<u64>,
     /// The voters of a new cluster, used once when the data directory is
@@ -75,6 +87,9 @@ impl Default for NodeConfig {
             max_pending_requests: 10_000,
             max_pending_bytes: 64 << 20,
             max_apply_lag: 5_000,
+            max_snapshot_bytes: DEFAULT_MAX_SNAPSHOT_BYTES,
+            max_applying_bytes: 64 << 20,
+            max_peer_inbox_bytes: 128 << 20,
             seed: None,
             bootstrap_voters: Vec::new(),
             snapshot_entries: 10_000,
@@ -85,6 +100,9 @@ impl Default for NodeConfig {
         }
     }
 }
+
+/// The default of [`NodeConfig::max_snapshot_bytes`].
+pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 8 << 30;
 
 /// etcd's default `--max-request-bytes`.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 << 10;
@@ -133,6 +151,13 @@ impl NodeConfig {
         }
         if self.max_request_bytes == 0 {
             return Err("max_request_bytes must be positive".into());
+        }
+        if self.max_snapshot_bytes == 0 || self.max_applying_bytes == 0 {
+            return Err("max_snapshot_bytes and max_applying_bytes must be positive".into());
+        }
+        // The largest entry a leader sends must fit, or it could never arrive.
+        if self.max_peer_inbox_bytes < 2 * (self.max_request_bytes as u64 + (64 << 10)) {
+            return Err("max_peer_inbox_bytes must hold two of the largest requests".into());
         }
         // A request within the limit must never fail later on a store limit
         // (a trap after it took a log index): the store limits sit above it.

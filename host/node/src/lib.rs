@@ -23,6 +23,7 @@ mod error;
 mod kv_plugin;
 mod local_cluster;
 mod node;
+mod peer_inbox;
 mod raft_loop;
 mod sessions;
 #[cfg(test)]
@@ -32,7 +33,7 @@ mod system;
 mod transport;
 
 pub use config::{
-    DEFAULT_MAX_REQUEST_BYTES, NodeConfig, STORE_HEADROOM_BYTES, derive_cluster_id,
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_SNAPSHOT_BYTES, NodeConfig, STORE_HEADROOM_BYTES, derive_cluster_id,
 };
 pub use deploy::MAX_PLUGIN_BYTES;
 pub use divergence::HashCheck;
@@ -46,4 +47,4 @@ pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};
 pub use wasmraft_raft::{Membership, NodeId, Role};
 pub use wasmraft_runtime::{EntryEvent, PluginConfig, PluginInfo};
 pub use wasmraft_storage::DeployedPlugin;
-pub use wasmraft_storage::SnapshotData;
+pub use wasmraft_storage::{SNAPSHOT_PART_BYTES, SnapshotPart, SnapshotReader, SnapshotStaging, StagedSnapshot, StorageError};

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use wasmraft_raft::{Message, NodeId};
+use wasmraft_raft::{Message, MessageBody, NodeId};
 
 use crate::config::NodeConfig;
 use crate::error::{Error, StartError};
@@ -50,12 +50,28 @@ impl Transport for LocalTransport {
         let registry = self.registry.clone();
         std::thread::spawn(move || {
             let target = registry.read().get(&message.to).cloned();
-            match (target, load()) {
-                (Some(node), Ok(data)) => {
-                    node.receive_snapshot(message, data);
+            let (Some(node), Ok(mut reader)) = (target, load()) else {
+                return done(false);
+            };
+            let MessageBody::InstallSnapshot { meta } = &message.body else {
+                return done(false);
+            };
+            // Part by part, as the gRPC transport streams it.
+            let staged = node.stage_snapshot(meta).and_then(|mut staging| {
+                while let Some(part) = reader.next_part()? {
+                    staging.add(part)?;
+                }
+                staging.finish()
+            });
+            match staged {
+                Ok(staged) => {
+                    node.receive_snapshot(message, staged);
                     done(true);
                 }
-                _ => done(false),
+                Err(e) => {
+                    tracing::warn!(to = message.to.0, error = %e, "sending a snapshot failed");
+                    done(false);
+                }
             }
         });
     }

@@ -96,6 +96,9 @@ pub struct NodeStatus {
     pub pending_read_rounds: u64,
     /// Requests refused as `busy` since start (a full queue, apply lag).
     pub busy_refusals: u64,
+    /// Peer messages dropped since start because the Raft loop's inbox
+    /// held [`NodeConfig::max_peer_inbox_bytes`] already.
+    pub peer_inbox_dropped: u64,
 }
 
 impl NodeStatus {
@@ -193,6 +196,8 @@ struct Inner {
     /// One permit per query allowed to run at once.
     query_slots: tokio::sync::Semaphore,
     busy_refusals: std::sync::atomic::AtomicU64,
+    /// The bound on peer messages waiting for the Raft loop.
+    peer_inbox: Arc<crate::peer_inbox::PeerInbox>,
 }
 
 impl Drop for Inner {
@@ -334,6 +339,7 @@ impl Node {
             // too cancelled out and gave every node the same election jitter.
             seed: config.seed.unwrap_or(0),
             applied: applied.index,
+            max_applying_bytes: config.max_applying_bytes,
             ..wasmraft_raft::Config::default()
         };
         let raw = RawNode::new(raft_config, storage.clone())
@@ -360,8 +366,10 @@ impl Node {
             pending_requests: 0,
             pending_read_rounds: 0,
             busy_refusals: 0,
+            peer_inbox_dropped: 0,
         }));
         let (raft_tx, raft_rx) = channel();
+        let peer_inbox = Arc::new(crate::peer_inbox::PeerInbox::new(config.max_peer_inbox_bytes));
         let (apply_tx, apply_rx) = channel();
         let (applied_tx, applied_rx) = watch::channel(applied.index.0);
         let (events_tx, _) = broadcast::channel(4096);
@@ -403,6 +411,7 @@ impl Node {
             max_catch_up_ticks: 4 * config.election_ticks,
             removed: removed.clone(),
             dropped: Default::default(),
+            peer_inbox: peer_inbox.clone(),
         };
         tracing::info!(
             id = config.id,
@@ -433,6 +442,7 @@ impl Node {
                 pending_bytes,
                 query_slots,
                 busy_refusals: Default::default(),
+                peer_inbox,
                 cluster_id: Mutex::new(cluster_id),
                 removed,
             }),
@@ -795,21 +805,40 @@ impl Node {
 
     /// Hands a Raft message from a peer to this node. Never blocks; the
     /// message is dropped if the node has stopped (Raft tolerates loss).
+    /// Past [`NodeConfig::max_peer_inbox_bytes`] waiting in the Raft loop's
+    /// inbox, it is dropped and counted (`peer_inbox_dropped`).
     pub fn step(&self, message: wasmraft_raft::Message) {
-        let _ = self.inner.raft.send(LoopMsg::Step(message));
+        if self.inner.peer_inbox.admit(&message) {
+            let _ = self.inner.raft.send(LoopMsg::Step(message));
+        }
     }
 
-    /// Hands a snapshot received from the leader to this node: its data,
-    /// and the `InstallSnapshot` message that announced it.
+    /// Starts receiving the snapshot `meta` describes: its parts are
+    /// staged on disk as they arrive, up to
+    /// [`NodeConfig::max_snapshot_bytes`], and the result goes to
+    /// [`Node::receive_snapshot`].
+    pub fn stage_snapshot(
+        &self,
+        meta: &wasmraft_raft::SnapshotMeta,
+    ) -> Result<wasmraft_storage::SnapshotStaging, wasmraft_storage::StorageError> {
+        self.inner
+            .storage
+            .stage_snapshot(meta, self.inner.config.max_snapshot_bytes)
+    }
+
+    /// Hands a snapshot received from the leader to this node: its staged
+    /// data, and the `InstallSnapshot` message that announced it. The Raft
+    /// loop keeps it only if the core accepts the message (the staged files
+    /// are removed otherwise).
     pub fn receive_snapshot(
         &self,
         message: wasmraft_raft::Message,
-        data: wasmraft_storage::SnapshotData,
+        staged: wasmraft_storage::StagedSnapshot,
     ) {
         let _ = self
             .inner
             .raft
-            .send(LoopMsg::ReceiveSnapshot(message, data));
+            .send(LoopMsg::ReceiveSnapshot(message, staged));
     }
 
     /// A snapshot of this node's state.
@@ -818,6 +847,7 @@ impl Node {
         let c = &self.inner.config;
         status.pending_requests = (c.max_pending_requests - self.inner.pending_requests.available_permits()) as u64;
         status.busy_refusals = self.inner.busy_refusals.load(std::sync::atomic::Ordering::Relaxed);
+        status.peer_inbox_dropped = self.inner.peer_inbox.dropped();
         status
     }
 

@@ -13,7 +13,7 @@ use wasmraft_raft::{
     Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId,
     Role,
 };
-use wasmraft_storage::{SnapshotData, Storage};
+use wasmraft_storage::{StagedSnapshot, Storage};
 
 use crate::apply::{ApplyPort, ApplyTask};
 use crate::envelope::Envelope;
@@ -42,7 +42,7 @@ pub(crate) enum LoopMsg {
     },
     Step(Message),
     /// A snapshot from the leader: its data, then its message to step.
-    ReceiveSnapshot(Message, SnapshotData),
+    ReceiveSnapshot(Message, StagedSnapshot),
     /// The outcome of sending a snapshot to a peer.
     SnapshotSent {
         peer: NodeId,
@@ -120,13 +120,15 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// The last timestamp stamped on a command: stamps never go backwards.
     pub last_stamp_ms: u64,
     /// The data of the snapshot last received, until the core installs it.
-    pub received_snapshot: Option<(LogId, SnapshotData)>,
+    pub received_snapshot: Option<(LogId, StagedSnapshot)>,
     /// This loop's own inbox, for transport callbacks.
     pub self_tx: std::sync::mpsc::Sender<LoopMsg>,
     /// The most ticks replayed at once after a stall.
     pub max_catch_up_ticks: u64,
     /// Messages the core refused: logged at most once a second.
     pub dropped: Dropped,
+    /// Room for peer messages in `inbox`, given back as they are taken.
+    pub peer_inbox: Arc<crate::peer_inbox::PeerInbox>,
     /// Ids removed from the cluster, shared with the node handle and
     /// persisted: a node compares each committed configuration with the
     /// one before it.
@@ -199,6 +201,7 @@ impl<T: Transport> RaftLoop<T> {
                 LoopMsg::ReadIndex { reply } => reads.push(reply),
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                 LoopMsg::Step(m) => {
+                    self.peer_inbox.release(&m);
                     if let Err(e) = self.raw.step(m) {
                         self.dropped.note(&e);
                     }
@@ -494,7 +497,7 @@ impl<T: Transport> RaftLoop<T> {
             tracing::info!(peer = peer.0, index = index.0, "sending a snapshot");
             self.transport.send_snapshot(
                 m,
-                Box::new(move || storage.read_snapshot(index).map_err(|e| e.to_string())),
+                Box::new(move || storage.snapshot_reader(index).map_err(|e| e.to_string())),
                 Box::new(move |ok| {
                     let _ = tx.send(LoopMsg::SnapshotSent { peer, ok });
                 }),

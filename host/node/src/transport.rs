@@ -1,8 +1,9 @@
 use wasmraft_raft::Message;
-use wasmraft_storage::SnapshotData;
+use wasmraft_storage::SnapshotReader;
 
-/// Reads the snapshot to send (on the transport's own thread or task).
-pub type SnapshotLoader = Box<dyn FnOnce() -> Result<SnapshotData, String> + Send>;
+/// Opens the snapshot to send (on the transport's own thread or task); the
+/// transport then reads it a part at a time as the stream drains.
+pub type SnapshotLoader = Box<dyn FnOnce() -> Result<SnapshotReader, String> + Send>;
 /// Reports whether the follower accepted the snapshot.
 pub type SnapshotDone = Box<dyn FnOnce(bool) + Send>;
 
@@ -16,8 +17,10 @@ pub trait Transport: Send + 'static {
     fn send(&mut self, messages: Vec<Message>);
 
     /// Sends an `InstallSnapshot` message together with the snapshot's data,
-    /// which `load` reads; calls `done` with the outcome. Must not block.
-    /// The recipient hands both to [`crate::Node::receive_snapshot`].
+    /// which `load` opens; calls `done` with the outcome. Must not block.
+    /// The recipient stages the parts ([`crate::Node::stage_snapshot`]) and
+    /// hands the staged snapshot and the message to
+    /// [`crate::Node::receive_snapshot`].
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone);
 
     /// Member `id` is now reachable at `address` (learned from the log).

@@ -42,6 +42,13 @@ pub struct Config {
     /// The index the state machine has applied at start (its durable applied
     /// index). Committed entries after it are handed out again.
     pub applied: Index,
+    /// The most bytes of committed entries handed out in `Ready`s and not
+    /// yet reported applied ([`crate::RawNode::applied_to`]); more wait in
+    /// the log until the state machine catches up (at least one entry is
+    /// handed out when none is pending, so apply always progresses). Bounds
+    /// the apply queue of a node whose state machine lags its log, as
+    /// etcd's `MaxCommittedSizePerReady` does. Default: no limit.
+    pub max_applying_bytes: u64,
 }
 
 impl Default for Config {
@@ -58,6 +65,7 @@ impl Default for Config {
             snapshot_lag: 0,
             seed: 0,
             applied: Index(0),
+            max_applying_bytes: u64::MAX,
         }
     }
 }

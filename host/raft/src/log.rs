@@ -12,7 +12,7 @@
 //! A pending snapshot (received from the leader, not yet installed by the
 //! driver) replaces the whole stable part: `offset = snapshot.index + 1`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::error::StorageError;
 use crate::storage::LogReader;
@@ -41,6 +41,11 @@ pub(crate) struct RaftLog<L: LogReader> {
     pub(crate) handed: Index,
     /// The highest index the driver reported applied.
     pub(crate) applied: Index,
+    /// Batches handed out and not yet applied: each one's last index and
+    /// bytes; and their total, at most `max_applying_bytes` (plus one batch).
+    pub(crate) applying: VecDeque<(Index, u64)>,
+    pub(crate) applying_bytes: u64,
+    pub(crate) max_applying_bytes: u64,
     /// Membership entries in the log after the committed membership.
     pub(crate) conf_entries: BTreeMap<Index, Membership>,
 }
@@ -65,6 +70,9 @@ impl<L: LogReader> RaftLog<L> {
             committed,
             handed: start,
             applied: start,
+            applying: VecDeque::new(),
+            applying_bytes: 0,
+            max_applying_bytes: u64::MAX,
             conf_entries: BTreeMap::new(),
         };
         let mut lo = first;
@@ -342,27 +350,60 @@ impl<L: LogReader> RaftLog<L> {
         self.offset = index.next();
         self.committed = index;
         self.handed = index;
+        // What was handed out before is covered by the snapshot.
+        self.applying.clear();
+        self.applying_bytes = 0;
         self.conf_entries.clear();
         self.unstable_snapshot = Some(meta);
     }
 
-    /// Committed entries not handed out yet; marks them handed out.
+    /// Whether committed entries wait to be handed out and the applying
+    /// budget has room for them.
+    pub(crate) fn has_committed_to_hand(&self) -> bool {
+        self.committed > self.handed
+            && (self.applying.is_empty() || self.applying_bytes < self.max_applying_bytes)
+    }
+
+    /// Committed entries not handed out yet, within the applying budget;
+    /// marks them handed out.
     pub(crate) fn take_committed(&mut self) -> Vec<Entry> {
-        if self.handed >= self.committed {
+        if !self.has_committed_to_hand() {
             return Vec::new();
         }
         let lo = self.handed.next();
+        let budget = self.max_applying_bytes.saturating_sub(self.applying_bytes);
         let ents = fatal(
-            self.entries(lo, self.committed.next(), u64::MAX),
+            self.entries(lo, self.committed.next(), budget),
             "committed entries",
         );
-        assert_eq!(
-            ents.len() as u64,
-            self.committed.0 - self.handed.0,
-            "raft log: committed entries [{lo}, {}] not all readable",
+        assert!(
+            !ents.is_empty(),
+            "raft log: committed entries from {lo} to {} not readable",
             self.committed
         );
-        self.handed = self.committed;
+        let last = ents[ents.len() - 1].log_id.index;
+        assert_eq!(
+            last.0 - self.handed.0,
+            ents.len() as u64,
+            "raft log: committed entries [{lo}, {last}] not contiguous"
+        );
+        let bytes: u64 = ents.iter().map(Entry::size).sum();
+        self.handed = last;
+        self.applying.push_back((last, bytes));
+        self.applying_bytes += bytes;
         ents
+    }
+
+    /// The driver applied every entry through `index`: what it held of
+    /// the applying budget is free again.
+    pub(crate) fn applied_to(&mut self, index: Index) {
+        self.applied = self.applied.max(index);
+        while let Some(&(last, bytes)) = self.applying.front() {
+            if last > index {
+                break;
+            }
+            self.applying.pop_front();
+            self.applying_bytes -= bytes;
+        }
     }
 }

@@ -249,7 +249,7 @@ impl<L: LogReader> RawNode<L> {
             "raw node: applied {index} beyond the committed entries handed out ({})",
             self.raft.log.handed
         );
-        self.raft.log.applied = self.raft.log.applied.max(index);
+        self.raft.log.applied_to(index);
     }
 
     /// This node's status.
@@ -298,7 +298,7 @@ impl<L: LogReader> RawNode<L> {
                 || r.log.unstable_snapshot.is_some()
                 || !r.msgs.is_empty()
                 || !r.msgs_after_persist.is_empty()
-                || r.log.committed > r.log.handed
+                || r.log.has_committed_to_hand()
                 || !r.read_states.is_empty()
                 || (r.role == Role::Leader && r.read_only.round_wanted))
     }
@@ -348,7 +348,7 @@ impl<L: LogReader> RawNode<L> {
         self.outstanding = false;
         if let Some(index) = rd.snapshot_index {
             self.raft.log.stable_snap_to(index);
-            self.raft.log.applied = self.raft.log.applied.max(index);
+            self.raft.log.applied_to(index);
         }
         if let Some(last) = rd.last_entry {
             self.raft.log.stable_to(last);

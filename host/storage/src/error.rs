@@ -17,6 +17,11 @@ pub enum StorageError {
     /// The data directory belongs to another node or another format.
     #[error("incompatible data directory: {0}")]
     Incompatible(String),
+    /// Input from a peer or a file that this store will not take (a
+    /// snapshot over its size limit, out of order, or malformed); nothing
+    /// was changed.
+    #[error("refused: {0}")]
+    Refused(String),
     /// A crash point set by fault injection was reached
     /// ([`crate::Storage::crash_after_writes`]); nothing was written.
     #[error("crash point reached (fault injection): the write was not made")]

@@ -7,6 +7,12 @@
 //! | `state` | the plugin's keyspace |
 //! | `meta` | the applied log id (written with the state it covers), client sessions, member addresses, the deployed plugin |
 //!
+//! Snapshots are RocksDB checkpoints beside the data directory
+//! (`<dir>.snapshots/`), sent a part at a time ([`SnapshotReader`]) and
+//! received into table files (`<dir>.incoming/`, [`SnapshotStaging`]) that
+//! RocksDB ingests behind an install marker: no whole snapshot is ever held
+//! in memory, and a crash during an install is finished at the next open.
+//!
 //! Every record is framed as `[format version: u8][crc32: u32 LE][body]`; a
 //! record that fails its checksum is reported as [`StorageError::Corrupt`],
 //! never silently used.
@@ -25,6 +31,8 @@ mod log;
 mod plugin;
 mod rocks;
 mod snapshot;
+mod snapshot_reader;
+mod snapshot_staging;
 mod state;
 
 pub use error::StorageError;
@@ -37,5 +45,7 @@ pub mod fuzzing {
 }
 pub use plugin::DeployedPlugin;
 pub use rocks::{Storage, StorageOptions};
-pub use snapshot::SnapshotData;
+pub use snapshot::SnapshotPart;
+pub use snapshot_reader::{SNAPSHOT_PART_BYTES, SnapshotReader};
+pub use snapshot_staging::{SnapshotStaging, StagedSnapshot};
 pub use state::{AppliedRecords, StateReader, StateWrite};

@@ -50,13 +50,10 @@ fn checked_plugin(
     Ok(Some((record, wasm)))
 }
 
-impl crate::SnapshotData {
-    /// The deployed plugin a snapshot carries, if any (else the cluster
-    /// runs the plugin its nodes were started with).
-    pub fn deployed_plugin(&self) -> Result<Option<(DeployedPlugin, Vec<u8>)>, StorageError> {
-        let find = |key: &[u8]| self.system.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-        checked_plugin(find(KEY_PLUGIN_RECORD).map(Vec::as_slice), find(KEY_PLUGIN_WASM).cloned())
-    }
+/// The deployed plugin among a snapshot's node records, if any.
+pub(crate) fn find_plugin(system: &[(Vec<u8>, Vec<u8>)]) -> Result<Option<(DeployedPlugin, Vec<u8>)>, StorageError> {
+    let find = |key: &[u8]| system.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    checked_plugin(find(KEY_PLUGIN_RECORD).map(Vec::as_slice), find(KEY_PLUGIN_WASM).cloned())
 }
 
 impl Storage {

@@ -91,7 +91,9 @@ impl Storage {
             writes_left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
         };
         storage.check_node_id(node_id)?;
+        storage.finish_interrupted_install()?;
         storage.load()?;
+        storage.ensure_checkpoint()?;
         Ok(storage)
     }
 
@@ -147,6 +149,13 @@ impl Storage {
 
     /// Every write batch goes through here: one atomic RocksDB write.
     pub(crate) fn write(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<(), StorageError> {
+        self.spend_write()?;
+        self.db.write_opt(batch, opts)?;
+        Ok(())
+    }
+
+    /// Counts one durable write against a crash point, if one is set.
+    pub(crate) fn spend_write(&self) -> Result<(), StorageError> {
         use std::sync::atomic::Ordering;
         let left = self.writes_left.load(Ordering::Acquire);
         if left != u64::MAX {
@@ -155,12 +164,11 @@ impl Storage {
             }
             self.writes_left.store(left - 1, Ordering::Release);
         }
-        self.db.write_opt(batch, opts)?;
         Ok(())
     }
 
     /// Fault injection for crash tests: the next `writes` write batches
-    /// succeed, every later one fails with [`StorageError::Crashed`] and
+    /// (or file ingestions) succeed, every later one fails with [`StorageError::Crashed`] and
     /// changes nothing, as if the process had died between two writes. The
     /// test then drops every handle and opens the directory again. A write
     /// batch is atomic, so this reaches every crash point a `kill -9` can.

@@ -143,12 +143,14 @@ fn a_snapshot_replaces_every_session() {
     let high = u64::MAX - 5; // first byte 0xff
     s.apply(LogId::new(1, 3), none, [(7, Some(&b"old 7"[..])), (high, Some(&b"old high"[..]))]).unwrap();
     let meta = wasmraft_raft::SnapshotMeta { last: LogId::new(2, 10), membership: Membership::new([NodeId(1)]) };
-    let data = wasmraft_storage::SnapshotData {
+    let part = wasmraft_storage::SnapshotPart {
         state: vec![(b"k".to_vec(), b"v".to_vec())],
         sessions: vec![(9u64.to_be_bytes().to_vec(), b"new 9".to_vec())],
         system: vec![],
     };
-    s.install_snapshot(&meta, &data).unwrap();
+    let mut staging = s.stage_snapshot(&meta, u64::MAX).unwrap();
+    staging.add(part).unwrap();
+    s.install_snapshot(staging.finish().unwrap()).unwrap();
     assert_eq!(s.sessions().unwrap(), vec![(9, b"new 9".to_vec())]);
 }
 
@@ -188,7 +190,7 @@ fn membership_and_addresses_are_written_with_the_applied_index() {
         let meta = s.take_snapshot().unwrap();
         assert_eq!(meta.last, LogId::new(1, 4));
         assert_eq!(meta.membership, joined, "the snapshot carries the membership of its index");
-        let data = s.read_snapshot(meta.last.index).unwrap();
+        let data = s.snapshot_reader(meta.last.index).unwrap().read_all().unwrap();
         assert_eq!(data.system.len(), 1, "the snapshot carries the address: {:?}", data.system);
     }
     let s = open(dir.path());

@@ -530,6 +530,29 @@ pub fn range_request(key: &str, range_end: &[u8]) -> Vec<u8> {
     .encode_to_vec()
 }
 
+/// A range that counts the keys in `[key, range_end)` without reading them.
+pub fn count_request(key: &str, range_end: &[u8]) -> Vec<u8> {
+    RequestOp {
+        request: Some(Request::RequestRange(RangeRequest {
+            key: key.into(),
+            range_end: range_end.to_vec(),
+            count_only: true,
+            ..Default::default()
+        })),
+    }
+    .encode_to_vec()
+}
+
+/// The count of a range's answer.
+pub fn range_count(bytes: &[u8]) -> i64 {
+    let Some(Response::ResponseRange(r)) =
+        ResponseOp::decode(bytes).expect("a ResponseOp").response
+    else {
+        panic!("not a range response")
+    };
+    r.count
+}
+
 pub fn range_kvs(bytes: &[u8]) -> Vec<(String, String)> {
     let Some(Response::ResponseRange(r)) =
         ResponseOp::decode(bytes).expect("a ResponseOp").response

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use wasmraft_raft::{Message, SnapshotMeta};
-use wasmraft_storage::SnapshotData;
+use wasmraft_storage::SnapshotPart;
 
 use crate::apply::{ApplyPort, ApplyTask, ApplyWorker};
 use crate::config::NodeConfig;
@@ -20,9 +20,9 @@ use crate::transport::{SnapshotDone, SnapshotLoader, Transport};
 /// What a node sent, waiting for the world to route it.
 pub(super) enum Outgoing {
     Message(Message),
-    /// A snapshot with its data (read when sent, as the real transport
-    /// reads it before streaming) and the sender's completion callback.
-    Snapshot(Message, SnapshotData, SnapshotDone),
+    /// A snapshot with its parts (read when sent, as they would be on the
+    /// wire) and the sender's completion callback.
+    Snapshot(Message, Vec<SnapshotPart>, SnapshotDone),
 }
 
 /// Every node's outgoing messages, in the order they were sent.
@@ -41,8 +41,11 @@ impl Transport for SimTransport {
     }
 
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {
-        match load() {
-            Ok(data) => self.outbox.lock().push((self.id, Outgoing::Snapshot(message, data, done))),
+        let parts = load().and_then(|mut reader| {
+            std::iter::from_fn(|| reader.next_part().transpose()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())
+        });
+        match parts {
+            Ok(parts) => self.outbox.lock().push((self.id, Outgoing::Snapshot(message, parts, done))),
             Err(_) => done(false),
         }
     }
@@ -89,7 +92,7 @@ impl ApplyPort for ApplyStep {
         self.0.lock().tasks.push_back(task);
     }
 
-    fn install_snapshot(&mut self, meta: SnapshotMeta, data: SnapshotData) -> Result<(), String> {
+    fn install_snapshot(&mut self, meta: SnapshotMeta, data: wasmraft_storage::StagedSnapshot) -> Result<(), String> {
         // As on the apply thread: after every task sent before it.
         let mut queue = self.0.lock();
         queue.run(usize::MAX);
@@ -159,6 +162,8 @@ pub(super) fn node_config(id: u64, voters: &[u64], dir: &Path, plugin_cache: &Pa
         bootstrap_voters: voters.to_vec(),
         snapshot_entries: 40,
         hash_check_entries: 25,
+        // Small, so that handing committed entries to apply pauses often.
+        max_applying_bytes: 4 << 10,
         plugin_cache: Some(PathBuf::from(plugin_cache)),
         cluster_id: 7,
         ..NodeConfig::default()

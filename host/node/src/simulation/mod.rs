@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use wasmraft_lincheck::{CheckOptions, KvModel, check};
 use wasmraft_raft::Message;
-use wasmraft_storage::SnapshotData;
+use wasmraft_storage::SnapshotPart;
 
 use admin::Admin;
 use checks::{CRASH_POINT, Checks, replicas_agree};
@@ -70,6 +70,10 @@ pub(crate) struct Stats {
     pub messages: u64,
     pub dropped: u64,
     pub snapshots_delivered: u64,
+    /// Restarts that found a snapshot install the crash had interrupted
+    /// (its staged files in place), which the open then finished or, before
+    /// its marker, discarded.
+    pub installs_interrupted: u64,
     pub elections: u64,
     pub committed: u64,
     pub puts: u64,
@@ -92,6 +96,7 @@ impl Stats {
         self.messages += o.messages;
         self.dropped += o.dropped;
         self.snapshots_delivered += o.snapshots_delivered;
+        self.installs_interrupted += o.installs_interrupted;
         self.elections += o.elections;
         self.committed += o.committed;
         self.puts += o.puts;
@@ -110,7 +115,7 @@ const CONVERGE_MILLIS: u64 = 20_000;
 
 enum Delivery {
     Message(Message),
-    Snapshot(Message, SnapshotData, SnapshotDone),
+    Snapshot(Message, Vec<SnapshotPart>, SnapshotDone),
 }
 
 struct InFlight {
@@ -317,6 +322,11 @@ impl World {
         let now = self.instant();
         for (id, slot) in &mut self.slots {
             if slot.live.is_none() && slot.down_until <= self.now {
+                let mut incoming = slot.config.data_dir.clone().into_os_string();
+                incoming.push(".incoming/install");
+                if std::path::Path::new(&incoming).exists() {
+                    self.stats.installs_interrupted += 1;
+                }
                 slot.live = Some(Live::start(slot.config.clone(), self.outbox.clone(), now)?);
                 self.stats.restarts += 1;
                 if let Some(t) = self.trace.as_mut() {
@@ -366,11 +376,22 @@ impl World {
             let node = self.node(f.to);
             match (f.delivery, node) {
                 (Delivery::Message(m), Some(node)) => node.step(m),
-                (Delivery::Snapshot(m, data, done), Some(node)) => {
+                (Delivery::Snapshot(m, parts, done), Some(node)) => {
                     trace!(self, "snapshot at {} delivered to node {}", snapshot_index(&m), f.to);
-                    self.stats.snapshots_delivered += 1;
-                    node.receive_snapshot(m, data);
-                    done(true);
+                    let wasmraft_raft::MessageBody::InstallSnapshot { meta } = &m.body else { unreachable!() };
+                    // Staged on the receiver's disk as the gRPC service does.
+                    let staged = node.stage_snapshot(meta).and_then(|mut staging| {
+                        parts.into_iter().try_for_each(|p| staging.add(p))?;
+                        staging.finish()
+                    });
+                    match staged {
+                        Ok(staged) => {
+                            self.stats.snapshots_delivered += 1;
+                            node.receive_snapshot(m, staged);
+                            done(true);
+                        }
+                        Err(e) => panic!("staging a snapshot from an honest leader failed: {e}"),
+                    }
                 }
                 (Delivery::Snapshot(_, _, done), None) => done(false),
                 (Delivery::Message(_), None) => {}

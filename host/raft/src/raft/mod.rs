@@ -70,7 +70,8 @@ impl<L: LogReader> Raft<L> {
     pub(crate) fn new(cfg: Config, reader: L) -> Result<Raft<L>, crate::Error> {
         cfg.validate()?;
         let (hs, base) = reader.initial_state()?;
-        let log = RaftLog::new(reader, hs.commit, cfg.applied);
+        let mut log = RaftLog::new(reader, hs.commit, cfg.applied);
+        log.max_applying_bytes = cfg.max_applying_bytes;
         let mut raft = Raft {
             id: cfg.id,
             rng: SplitMix64::new(cfg.seed, cfg.id),

@@ -288,3 +288,59 @@ fn stale_leader_learns_the_new_term_from_a_follower() {
     assert_eq!(c.node(1).status().role, Role::Follower);
     assert_eq!(c.node(1).status().leader, Some(NodeId(new)));
 }
+
+fn normal(term: u64, index: u64, len: usize) -> Entry {
+    Entry {
+        log_id: LogId::new(term, index),
+        payload: EntryPayload::Normal(vec![7; len]),
+    }
+}
+
+/// Committed entries handed out and not yet applied stay within
+/// `max_applying_bytes` (plus the entry that crosses it): a follower whose
+/// state machine lags gets no more until it reports applies, then the rest,
+/// in order, each once. One entry larger than the budget still goes out
+/// alone when nothing else is applying.
+#[test]
+fn committed_entries_handed_out_stay_within_the_applying_budget() {
+    let mut s = MemStorage::new(&[1, 2, 3]);
+    s.hard_state = HardState { term: Term(1), vote: None, commit: Index(0) };
+    let config = Config { max_applying_bytes: 3000, ..cfg(2) };
+    let mut n = RawNode::new(config, s).unwrap();
+    let mut entries: Vec<Entry> = (1..=10).map(|i| normal(1, i, 1000)).collect();
+    entries.push(normal(1, 11, 10_000));
+    n.step(msg(1, 2, 1, append(LogId::default(), entries, 11))).unwrap();
+
+    let mut handed: Vec<(u64, u64)> = Vec::new(); // index, size
+    let mut applied = 0;
+    let mut batches = Vec::new();
+    for _ in 0..20 {
+        // Hand out without applying: the budget fills and stops the flow.
+        assert!(n.has_ready());
+        let rd = n.ready();
+        n.reader_mut().persist(&rd);
+        let batch: Vec<(u64, u64)> = rd.committed_entries.iter().map(|e| (e.log_id.index.0, e.size())).collect();
+        n.advance(rd);
+        if !batch.is_empty() {
+            batches.push(batch.len());
+            handed.extend(batch);
+        }
+        let applying: u64 = handed.iter().filter(|(i, _)| *i > applied).map(|(_, size)| size).sum();
+        let largest = handed.iter().map(|(_, size)| *size).max().unwrap_or(0);
+        assert!(applying < 3000 + largest, "{applying} bytes applying");
+        if n.has_ready() {
+            continue;
+        }
+        // Nothing more until the state machine reports what it applied.
+        let Some(&(last, _)) = handed.last() else { panic!("nothing handed out") };
+        if last == 11 {
+            break;
+        }
+        applied = last;
+        n.applied_to(Index(last));
+    }
+    let handed: Vec<u64> = handed.into_iter().map(|(i, _)| i).collect();
+    assert_eq!(handed, (1..=11).collect::<Vec<u64>>(), "every committed entry once, in order");
+    assert!(batches.len() >= 4, "handed out in bounded batches: {batches:?}");
+    assert_eq!(*batches.last().unwrap(), 1, "the large entry alone");
+}

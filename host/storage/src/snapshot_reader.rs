@@ -1,0 +1,137 @@
+//! Sending a snapshot: its parts read one at a time out of its checkpoint.
+
+use rocksdb::{DB, Direction, IteratorMode, Options};
+use wasmraft_raft::Index;
+
+use crate::codec;
+use crate::error::StorageError;
+use crate::rocks::{CF_LOG, CF_META, CF_RAFT, CF_STATE, KEY_APPLIED, Storage};
+use crate::snapshot::{SYSTEM_PREFIXES, SnapshotPart};
+use crate::state::SESSION_PREFIX;
+
+/// A snapshot part holds about this many bytes of keys and values (at least
+/// one pair, so a part may be as large as the largest pair).
+pub const SNAPSHOT_PART_BYTES: u64 = 1 << 20;
+
+/// Which records a [`SnapshotReader`] reads now, in the order they are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    State,
+    Sessions,
+    System(usize),
+    Done,
+}
+
+/// Reads the snapshot at one index out of its checkpoint, a part of about
+/// [`SNAPSHOT_PART_BYTES`] at a time, so that sending a snapshot of any
+/// size holds one part in memory. The checkpoint stays readable while the
+/// reader lives, even if a newer snapshot removes its directory: every file
+/// is opened when the reader is.
+pub struct SnapshotReader {
+    db: DB,
+    index: Index,
+    section: Section,
+    /// The last key read in the current section (`None`: none yet).
+    after: Option<Vec<u8>>,
+    /// Pairs read so far, all sections together.
+    pairs: u64,
+}
+
+impl std::fmt::Debug for SnapshotReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotReader").field("index", &self.index).field("section", &self.section).finish()
+    }
+}
+
+impl Storage {
+    /// Opens the snapshot at `index` (the latest one) for sending.
+    pub fn snapshot_reader(&self, index: Index) -> Result<SnapshotReader, StorageError> {
+        let path = self.checkpoint_path(index);
+        if !path.exists() {
+            return Err(StorageError::Incompatible(format!("no snapshot at index {index}")));
+        }
+        let mut opts = Options::default();
+        opts.set_max_open_files(-1); // every table file opened now, see above
+        let db = DB::open_cf_for_read_only(&opts, &path, [CF_LOG, CF_RAFT, CF_STATE, CF_META], false)?;
+        let applied = match db.get_cf(db.cf_handle(CF_META).expect("cf"), KEY_APPLIED)? {
+            Some(bytes) => codec::decode_log_id("applied", &bytes)?.index,
+            None => Index(0),
+        };
+        if applied != index {
+            return Err(StorageError::Corrupt {
+                what: "snapshot checkpoint",
+                key: Some(format!("index {index}")),
+                detail: format!("the checkpoint holds the state applied at {applied}"),
+            });
+        }
+        Ok(SnapshotReader { db, index, section: Section::State, after: None, pairs: 0 })
+    }
+}
+
+impl SnapshotReader {
+    /// The snapshot's index.
+    pub fn index(&self) -> Index {
+        self.index
+    }
+
+    /// Pairs read so far.
+    pub fn pairs(&self) -> u64 {
+        self.pairs
+    }
+
+    /// The next part, or `None` once everything was read.
+    pub fn next_part(&mut self) -> Result<Option<SnapshotPart>, StorageError> {
+        let mut part = SnapshotPart::default();
+        let mut bytes = 0;
+        while bytes < SNAPSHOT_PART_BYTES {
+            let (cf, prefix, strip, out) = match self.section {
+                Section::State => (CF_STATE, &b""[..], false, &mut part.state),
+                Section::Sessions => (CF_META, SESSION_PREFIX, true, &mut part.sessions),
+                Section::System(i) => (CF_META, SYSTEM_PREFIXES[i], false, &mut part.system),
+                Section::Done => break,
+            };
+            let start = self.after.as_deref().unwrap_or(prefix);
+            let iter = self.db.iterator_cf(self.db.cf_handle(cf).expect("cf"), IteratorMode::From(start, Direction::Forward));
+            let mut full = false;
+            for item in iter {
+                let (k, v) = item?;
+                if !k.starts_with(prefix) {
+                    break;
+                }
+                if self.after.as_deref() == Some(&*k) {
+                    continue;
+                }
+                bytes += (k.len() + v.len()) as u64;
+                let key = if strip { k[prefix.len()..].to_vec() } else { k.to_vec() };
+                out.push((key, v.to_vec()));
+                self.pairs += 1;
+                self.after = Some(k.to_vec());
+                if bytes >= SNAPSHOT_PART_BYTES {
+                    full = true;
+                    break;
+                }
+            }
+            if !full {
+                self.after = None;
+                self.section = match self.section {
+                    Section::State => Section::Sessions,
+                    Section::Sessions => Section::System(0),
+                    Section::System(i) if i + 1 < SYSTEM_PREFIXES.len() => Section::System(i + 1),
+                    _ => Section::Done,
+                };
+            }
+        }
+        Ok(if part.is_empty() && self.section == Section::Done { None } else { Some(part) })
+    }
+
+    /// Reads every remaining part into one (tests and small snapshots).
+    pub fn read_all(&mut self) -> Result<SnapshotPart, StorageError> {
+        let mut all = SnapshotPart::default();
+        while let Some(p) = self.next_part()? {
+            all.state.extend(p.state);
+            all.sessions.extend(p.sessions);
+            all.system.extend(p.system);
+        }
+        Ok(all)
+    }
+}
