@@ -4,6 +4,6 @@
 # e.g. `scripts/dev.sh --data-dir ./data`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
+scripts/setup.sh --no-etcdctl >/dev/null
 cargo build --locked --bin wasmraft
 exec "${CARGO_TARGET_DIR:-target}/debug/wasmraft" dev "$@"

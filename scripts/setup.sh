@@ -2,14 +2,24 @@
 # Installs what building and testing Wasmraft needs on Debian/Ubuntu, if it
 # is missing: libclang (RocksDB's bindings), protoc (gRPC code), a Rust
 # toolchain for wasm32-unknown-unknown (the plugins), and the toolchains of
-# the C, Python and JavaScript examples (`cargo xtask examples`). Safe to
-# run again.
+# the C, Python and JavaScript examples (`cargo xtask examples`), and a
+# pinned etcdctl for the etcd API tests. Safe to run again.
 #
 # Prints `export` lines (guest toolchain, tools directory) on stdout;
 # `scripts/test.sh` evaluates them. Everything else goes to stderr.
+# `--no-etcdctl` skips etcdctl (scripts/dev.sh does not need it). Two runs
+# at once (test.sh and dev.sh in two shells) take turns.
 set -euo pipefail
 
 say() { echo "setup: $*" >&2; }
+
+WANT_ETCDCTL=1
+[ "${1:-}" = "--no-etcdctl" ] && WANT_ETCDCTL=0
+exec 9>"${TMPDIR:-/tmp}/wasmraft-setup.lock"
+if ! flock -n 9; then
+  say "another setup is running; waiting for it"
+  flock 9
+fi
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"
@@ -89,5 +99,44 @@ if ! grep -qs "\"version\": \"$COMPONENTIZE_QJS\"" "$TOOLS/npm/node_modules/comp
   say "installing componentize-qjs $COMPONENTIZE_QJS into $TOOLS/npm"
   rm -rf "$TOOLS/npm"
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --loglevel=error "componentize-qjs@$COMPONENTIZE_QJS" >&2
+fi
+# 4. etcdctl, pinned, for the etcd API tests: built from etcd's published
+#    Go modules through the Go module proxy (no GitHub). Needs Go 1.21 or
+#    later (it fetches the Go release etcd asks for itself); without one,
+#    a Go release is fetched from the module proxy too.
+ETCD_VERSION=v3.6.8
+GO_BOOTSTRAP=go1.24.5
+ETCDCTL="$TOOLS/etcd-$ETCD_VERSION/etcdctl"
+go_ok() { "$1" version 2>/dev/null | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'; }
+if [ "$WANT_ETCDCTL" = 1 ] && [ ! -x "$ETCDCTL" ]; then
+  GO=""
+  for g in go /usr/local/go/bin/go "$TOOLS/go/bin/go"; do
+    if go_ok "$g"; then GO=$g; break; fi
+  done
+  if [ -z "$GO" ]; then
+    command -v curl >/dev/null 2>&1 && command -v unzip >/dev/null 2>&1 || apt_install curl unzip ca-certificates
+    say "fetching $GO_BOOTSTRAP from the Go module proxy into $TOOLS/go"
+    rm -rf "$TOOLS/go" "$TOOLS/go.zip"
+    curl -fsSL -o "$TOOLS/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-$GO_BOOTSTRAP.linux-$(dpkg --print-architecture).zip"
+    (cd "$TOOLS" && unzip -q go.zip && mv "golang.org/toolchain@v0.0.1-$GO_BOOTSTRAP.linux-$(dpkg --print-architecture)" go && rm -rf golang.org go.zip)
+    # Module zips keep no file modes: the go command marks these itself.
+    chmod +x "$TOOLS"/go/bin/* "$TOOLS"/go/pkg/tool/*/*
+    GO="$TOOLS/go/bin/go"
+  fi
+  say "building etcdctl $ETCD_VERSION with $("$GO" version) (a few minutes, once)"
+  build="$TOOLS/etcd-$ETCD_VERSION/src"
+  mkdir -p "$build"
+  (
+    cd "$build"
+    export GOTOOLCHAIN=auto GOFLAGS=-mod=mod GO111MODULE=on
+    [ -f go.mod ] || printf 'module wasmraft.local/etcdctl\n\ngo 1.21\n' > go.mod
+    "$GO" get "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION" >&2
+    "$GO" build -trimpath -o "$ETCDCTL.tmp" go.etcd.io/etcd/etcdctl/v3 >&2
+    mv "$ETCDCTL.tmp" "$ETCDCTL"
+  )
+fi
+if [ "$WANT_ETCDCTL" = 1 ]; then
+  "$ETCDCTL" version | head -1 | sed 's/^/setup: /' >&2
+  printf 'export WASMRAFT_ETCDCTL=%q\n' "$ETCDCTL"
 fi
 printf 'export WASMRAFT_TOOLS=%q\n' "$TOOLS"

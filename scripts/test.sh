@@ -6,7 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-eval "$(scripts/setup.sh)"
+# A setup that fails stops here: the tests need what it installs.
+if ! setup_env=$(scripts/setup.sh); then
+  echo "test.sh: scripts/setup.sh failed (see above); not running the tests" >&2
+  exit 1
+fi
+eval "$setup_env"
 
 echo "==> building plugins from source"
 cargo xtask plugins

@@ -1,11 +1,13 @@
 //! gRPC for Wasmraft: the `wasmraft.v1` client service over a [`Node`],
-//! the Raft peer service, and [`GrpcTransport`], which carries Raft messages
+//! etcd's v3 KV service over the KV plugin ([`etcd`]), the Raft peer
+//! service, and [`GrpcTransport`], which carries Raft messages
 //! between nodes.
 #![deny(missing_docs)]
 
 mod admin_service;
 pub mod auth;
 mod client_service;
+pub mod etcd;
 mod faults;
 mod forward;
 mod lane;
@@ -37,6 +39,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use wasmraft_node::Node;
+use wasmraft_proto::etcdserverpb::kv_server::KvServer;
 use wasmraft_proto::v1::admin_server::AdminServer;
 use wasmraft_proto::v1::client_server::ClientServer;
 use wasmraft_proto::v1::membership_changes_server::MembershipChangesServer;
@@ -103,7 +106,12 @@ pub async fn serve(
         .add_service(
             // Room above the request limit for the envelope, so that an
             // oversized request gets the node's exact error, not tonic's.
-            ClientServer::new(ClientService::new(serving.node.clone(), forwarder))
+            ClientServer::new(ClientService::new(serving.node.clone(), forwarder.clone()))
+                .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
+        )
+        .add_service(
+            // etcd's v3 KV API, over the KV plugin (`etcd`).
+            KvServer::new(etcd::EtcdKv::new(serving.node.clone(), forwarder))
                 .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
         );
     let peer_router = tonic::transport::Server::builder().add_service(

@@ -1,0 +1,158 @@
+//! `etcdserverpb.KV`: Range, Put, DeleteRange and Txn.
+
+use prost::Message as _;
+use tonic::{Request, Response, Status};
+use wasmraft_node::{Consistency, Error, Node};
+use wasmraft_proto::etcdserverpb::kv_client::KvClient;
+use wasmraft_proto::etcdserverpb::kv_server::Kv;
+use wasmraft_proto::etcdserverpb::request_op::Request as Op;
+use wasmraft_proto::etcdserverpb::response_op::Response as OpResponse;
+use wasmraft_proto::etcdserverpb::{
+    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
+    ResponseOp, TxnRequest, TxnResponse,
+};
+
+use super::{etcd_status, header, require_kv};
+use crate::forward::{Forwarder, forwarded, is_forwarded};
+
+/// The `etcdserverpb.KV` service of one node. Writes go through the log
+/// (a follower forwards them to the leader once, as the `wasmraft.v1`
+/// service does); a serializable range is served from this node's state,
+/// any other read after a ReadIndex round, as etcd does.
+#[derive(Clone, Debug)]
+pub struct EtcdKv {
+    node: Node,
+    forwarder: Forwarder,
+}
+
+impl EtcdKv {
+    /// Serves `node`, forwarding writes through `forwarder`.
+    pub fn new(node: Node, forwarder: Forwarder) -> Self {
+        Self { node, forwarder }
+    }
+
+    /// Proposes `op` and returns the plugin's answer. On a follower the
+    /// caller's `forward` runs against the leader's KV service instead.
+    async fn write<T, F, Fut>(&self, op: Op, was_forwarded: bool, forward: F) -> Result<Result<OpResponse, T>, Status>
+    where
+        F: FnOnce(KvClient<tonic::transport::Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
+        require_kv(&self.node)?;
+        let command = RequestOp { request: Some(op) }.encode_to_vec();
+        match self.node.propose(command).await {
+            Ok(answer) => decode(&answer).map(Ok),
+            Err(Error::NotLeader { leader: Some(leader) }) if leader.0 != self.node.id() && !was_forwarded => {
+                match self.forwarder.channel(leader.0) {
+                    Some(channel) => {
+                        let client = KvClient::new(channel).max_decoding_message_size(64 << 20);
+                        forward(client).await.map(Err)
+                    }
+                    None => Err(etcd_status(Error::NotLeader { leader: Some(leader) })),
+                }
+            }
+            Err(e) => Err(etcd_status(e)),
+        }
+    }
+
+    /// Serves a read-only `op` at `consistency`.
+    async fn read(&self, op: Op, consistency: Consistency) -> Result<OpResponse, Status> {
+        require_kv(&self.node)?;
+        let request = RequestOp { request: Some(op) }.encode_to_vec();
+        let answer = self.node.query(request, consistency).await.map_err(etcd_status)?;
+        decode(&answer)
+    }
+}
+
+fn decode(answer: &[u8]) -> Result<OpResponse, Status> {
+    ResponseOp::decode(answer)
+        .ok()
+        .and_then(|r| r.response)
+        .ok_or_else(|| Status::internal("etcdserver: the KV plugin gave a malformed answer"))
+}
+
+fn unexpected() -> Status {
+    Status::internal("etcdserver: the KV plugin answered with another kind of response")
+}
+
+/// Whether a txn only reads (then it is served as a read, as etcd does).
+fn read_only(txn: &TxnRequest) -> bool {
+    txn.success.iter().chain(&txn.failure).all(|op| match &op.request {
+        Some(Op::RequestRange(_)) | None => true,
+        Some(Op::RequestTxn(t)) => read_only(t),
+        Some(Op::RequestPut(_)) | Some(Op::RequestDeleteRange(_)) => false,
+    })
+}
+
+#[tonic::async_trait]
+impl Kv for EtcdKv {
+    async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        let r = request.into_inner();
+        let consistency = if r.serializable { Consistency::Eventual } else { Consistency::Linearizable };
+        match self.read(Op::RequestRange(r), consistency).await? {
+            OpResponse::ResponseRange(mut resp) => {
+                resp.header = header(&self.node, resp.header);
+                Ok(Response::new(resp))
+            }
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let was_forwarded = is_forwarded(&request);
+        let r = request.into_inner();
+        if r.lease != 0 {
+            return Err(Status::not_found(
+                "etcdserver: requested lease not found (leases are not served yet: put without --lease)",
+            ));
+        }
+        let again = r.clone();
+        match self.write(Op::RequestPut(r), was_forwarded, |mut c| async move { c.put(forwarded(again)).await }).await? {
+            Ok(OpResponse::ResponsePut(mut resp)) => {
+                resp.header = header(&self.node, resp.header);
+                Ok(Response::new(resp))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(leader) => Ok(leader),
+        }
+    }
+
+    async fn delete_range(
+        &self,
+        request: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
+        let was_forwarded = is_forwarded(&request);
+        let r = request.into_inner();
+        let again = r.clone();
+        let answer = self
+            .write(Op::RequestDeleteRange(r), was_forwarded, |mut c| async move { c.delete_range(forwarded(again)).await })
+            .await?;
+        match answer {
+            Ok(OpResponse::ResponseDeleteRange(mut resp)) => {
+                resp.header = header(&self.node, resp.header);
+                Ok(Response::new(resp))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(leader) => Ok(leader),
+        }
+    }
+
+    async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let was_forwarded = is_forwarded(&request);
+        let r = request.into_inner();
+        let answer = if read_only(&r) {
+            Ok(self.read(Op::RequestTxn(r), Consistency::Linearizable).await?)
+        } else {
+            let again = r.clone();
+            self.write(Op::RequestTxn(r), was_forwarded, |mut c| async move { c.txn(forwarded(again)).await }).await?
+        };
+        match answer {
+            Ok(OpResponse::ResponseTxn(mut resp)) => {
+                resp.header = header(&self.node, resp.header);
+                Ok(Response::new(resp))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(leader) => Ok(leader),
+        }
+    }
+}

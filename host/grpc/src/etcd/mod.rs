@@ -1,0 +1,74 @@
+//! etcd's v3 API over the KV plugin: `etcdserverpb.KV` on the client port,
+//! so that etcdctl, etcd's client libraries and its benchmark tool work
+//! unmodified. The KV plugin already speaks etcd's messages (a command is a
+//! `RequestOp`, an answer a `ResponseOp`), so this is a thin adapter: it
+//! picks propose or query, fills the response header, and answers errors
+//! with etcd's gRPC codes and texts, which clients' retry and failover
+//! logic depend on.
+
+mod kv;
+
+pub use kv::EtcdKv;
+
+use tonic::{Code, Status};
+use wasmraft_node::{Error, Node};
+use wasmraft_proto::etcdserverpb::ResponseHeader;
+
+/// The name the KV plugin reports; the etcd API serves no other plugin.
+const KV_PLUGIN_NAME: &str = "wasmraft-kv";
+
+/// Refuses the call unless this node runs the KV plugin.
+fn require_kv(node: &Node) -> Result<(), Status> {
+    let plugin = node.status().plugin.name;
+    if plugin == KV_PLUGIN_NAME {
+        Ok(())
+    } else {
+        Err(Status::failed_precondition(format!(
+            "etcdserver: the etcd API needs the KV plugin; this cluster runs plugin {plugin:?} (use the wasmraft.v1 API)"
+        )))
+    }
+}
+
+/// The header etcd puts on every answer: the cluster and this member, the
+/// revision the plugin reported, and this node's term.
+fn header(node: &Node, plugin_header: Option<ResponseHeader>) -> Option<ResponseHeader> {
+    let revision = plugin_header.map_or(0, |h| h.revision);
+    Some(ResponseHeader {
+        cluster_id: node.cluster_id().unwrap_or(0),
+        member_id: node.id(),
+        revision,
+        raft_term: node.status().term,
+    })
+}
+
+/// A node error as etcd's server would answer it (`rpctypes` in etcd's
+/// API: the code decides whether a client retries or fails over).
+fn etcd_status(e: Error) -> Status {
+    match e {
+        Error::Invalid(m) | Error::Rejected(m) if m.starts_with("etcdserver: ") => {
+            let code = if m.contains("revision has been compacted") || m.contains("is a future revision") {
+                Code::OutOfRange
+            } else if m.contains("lease not found") {
+                Code::NotFound
+            } else {
+                Code::InvalidArgument
+            };
+            Status::new(code, m)
+        }
+        Error::Invalid(m) if m.contains("exceeds max_request_bytes") => {
+            Status::invalid_argument(format!("etcdserver: request is too large ({m})"))
+        }
+        Error::Invalid(m) => Status::invalid_argument(format!("etcdserver: {m}")),
+        Error::Rejected(m) => Status::failed_precondition(format!("etcdserver: {m}")),
+        Error::PluginTrap(m) => Status::internal(format!("etcdserver: the KV plugin trapped: {m}")),
+        Error::NotLeader { leader: None } => Status::unavailable("etcdserver: no leader"),
+        Error::NotLeader { leader: Some(_) } => Status::unavailable("etcdserver: not leader"),
+        Error::ProposalDropped => {
+            Status::unavailable("etcdserver: request timed out, possibly due to previous leader failure")
+        }
+        Error::Busy(_) => Status::resource_exhausted("etcdserver: too many requests"),
+        Error::Timeout => Status::unavailable("etcdserver: request timed out"),
+        Error::Stopped | Error::Removed => Status::unavailable("etcdserver: server stopped"),
+        Error::Fatal(m) => Status::unavailable(format!("etcdserver: server stopped: {m}")),
+    }
+}
