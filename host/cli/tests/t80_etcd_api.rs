@@ -114,4 +114,79 @@ async fn etcdctl_reads_and_writes_the_kv_plugin() {
     assert!(!success && err.contains("etcdserver: requested lease not found"), "{err}");
     let (success, _, err) = etcdctl(&all, &["put", "", "x"], None);
     assert!(!success && err.contains("key is not provided"), "{err}");
+
+    // Members, endpoint status and health, as etcd prints them.
+    let members = ok(&all, &["member", "list"]);
+    assert_eq!(members.lines().count(), 3, "{members}");
+    for id in cluster.ids() {
+        let line = members.lines().find(|l| l.starts_with(&format!("{id:x}, "))).unwrap_or_else(|| panic!("no member {id}:\n{members}"));
+        assert!(line.contains(&format!("node-{id}")) && line.contains(&format!("http://{}", cluster.addr(id))), "{line}");
+        assert!(line.ends_with(", false"), "not a learner: {line}");
+    }
+    let status = ok(&all, &["endpoint", "status"]);
+    assert_eq!(status.lines().count(), 3, "{status}");
+    for id in cluster.ids() {
+        assert!(status.lines().any(|l| l.starts_with(&format!("{}, {id:x}, 3.6.0, ", cluster.addr(id)))), "node {id}:\n{status}");
+    }
+    let leaders: Vec<&str> = status.lines().filter(|l| l.contains(", true, false, ")).collect();
+    assert_eq!(leaders.len(), 1, "exactly one leader:\n{status}");
+    assert!(leaders[0].starts_with(cluster.addr(leader)), "{status}");
+    let (success, out, err) = etcdctl(&all, &["endpoint", "health"], None);
+    assert!(success, "{out}{err}");
+    assert_eq!(format!("{out}{err}").matches("is healthy").count(), 3, "{out}{err}");
+
+    // Watch: etcdctl prints each event (type, then the previous and new
+    // pairs with --prev-kv), in revision order, only those under the prefix.
+    let mut watch = Command::new(etcdctl_path())
+        .arg(format!("--endpoints={at_follower}"))
+        .args(["watch", "app/", "--prefix", "--prev-kv"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run etcdctl watch");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let (stdout, lines) = (watch.stdout.take().unwrap(), lines.clone());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    let seen = |needle: &str| lines.lock().unwrap().iter().any(|l| l == needle);
+    // Until the watch is in place, puts of a marker key go unseen.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    for i in 0.. {
+        ok(&all, &["put", "app/0", &format!("marker-{i}")]);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if seen("app/0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the watch never started");
+    }
+    ok(&all, &["put", "app/a", "1"]);
+    ok(&at_follower, &["put", "app/a", "2"]);
+    ok(&all, &["put", "other/x", "unseen"]);
+    ok(&all, &["del", "app/a"]);
+    ok(&all, &["put", "app/b", "3"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen("3") {
+        assert!(std::time::Instant::now() < deadline, "events did not arrive: {:?}", lines.lock().unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    watch.kill().unwrap();
+    let _ = watch.wait();
+    reader.join().unwrap();
+    let lines = lines.lock().unwrap().clone();
+    let first = lines.windows(2).position(|w| w[0] == "PUT" && w[1] == "app/a").expect("the first event");
+    assert_eq!(
+        lines[first..].join("\n"),
+        ["PUT", "app/a", "1", "PUT", "app/a", "1", "app/a", "2", "DELETE", "app/a", "2", "app/a", "", "PUT", "app/b", "3"].join("\n")
+    );
+    // A watch from a revision the store no longer keeps is cancelled as
+    // compacted, as etcd cancels one below its compaction.
+    let (success, out, err) = etcdctl(&all, &["watch", "app/", "--prefix", "--rev=1"], None);
+    assert!(!success && format!("{out}{err}").contains("required revision has been compacted"), "{out}{err}");
 }

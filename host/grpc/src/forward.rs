@@ -72,6 +72,11 @@ impl Forwarder {
         &self.admins
     }
 
+    /// Whether this node's client and peer ports speak TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// The peer (Raft) address of member `id`, from the log or the
     /// configuration.
     pub fn peer_address(&self, id: u64) -> Option<String> {

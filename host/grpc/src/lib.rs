@@ -39,7 +39,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use wasmraft_node::Node;
+use wasmraft_proto::etcdserverpb::cluster_server::ClusterServer;
 use wasmraft_proto::etcdserverpb::kv_server::KvServer;
+use wasmraft_proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use wasmraft_proto::etcdserverpb::watch_server::WatchServer;
 use wasmraft_proto::v1::admin_server::AdminServer;
 use wasmraft_proto::v1::client_server::ClientServer;
 use wasmraft_proto::v1::membership_changes_server::MembershipChangesServer;
@@ -111,9 +114,12 @@ pub async fn serve(
         )
         .add_service(
             // etcd's v3 KV API, over the KV plugin (`etcd`).
-            KvServer::new(etcd::EtcdKv::new(serving.node.clone(), forwarder))
+            KvServer::new(etcd::EtcdKv::new(serving.node.clone(), forwarder.clone()))
                 .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
-        );
+        )
+        .add_service(WatchServer::new(etcd::EtcdWatch::new(serving.node.clone())))
+        .add_service(ClusterServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder.clone())))
+        .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder)));
     let peer_router = tonic::transport::Server::builder().add_service(
         RaftServer::new(RaftService::new(
             serving.node.clone(),

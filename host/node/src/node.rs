@@ -803,6 +803,12 @@ impl Node {
         self.wait(rx).await
     }
 
+    /// Bytes of this node's store on disk: all table files and memtables,
+    /// and those live in its current version.
+    pub fn storage_bytes(&self) -> (u64, u64) {
+        self.inner.storage.size_bytes()
+    }
+
     /// Hands a Raft message from a peer to this node. Never blocks; the
     /// message is dropped if the node has stopped (Raft tolerates loss).
     /// Past [`NodeConfig::max_peer_inbox_bytes`] waiting in the Raft loop's

@@ -278,6 +278,19 @@ impl Storage {
         *self.hard_state.lock()
     }
 
+    /// Bytes on disk of the store's table files: all of them, and those
+    /// live in its current version (what compaction would keep).
+    pub fn size_bytes(&self) -> (u64, u64) {
+        let (mut total, mut live) = (0, 0);
+        for name in [CF_LOG, CF_RAFT, CF_STATE, CF_META] {
+            let cf = self.cf(name);
+            let prop = |p: &str| self.db.property_int_value_cf(cf, p).ok().flatten().unwrap_or(0);
+            total += prop("rocksdb.total-sst-files-size") + prop("rocksdb.cur-size-all-mem-tables");
+            live += prop("rocksdb.live-sst-files-size") + prop("rocksdb.cur-size-all-mem-tables");
+        }
+        (total, live)
+    }
+
     /// The path of the RocksDB directory.
     pub fn path(&self) -> &Path {
         self.db.path()

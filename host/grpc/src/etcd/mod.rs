@@ -1,4 +1,5 @@
-//! etcd's v3 API over the KV plugin: `etcdserverpb.KV` on the client port,
+//! etcd's v3 API over the KV plugin: `etcdserverpb.KV`, `Watch`, `Cluster`
+//! (MemberList) and `Maintenance` (Alarm, Status) on the client port,
 //! so that etcdctl, etcd's client libraries and its benchmark tool work
 //! unmodified. The KV plugin already speaks etcd's messages (a command is a
 //! `RequestOp`, an answer a `ResponseOp`), so this is a thin adapter: it
@@ -7,12 +8,19 @@
 //! logic depend on.
 
 mod kv;
+mod maintenance;
+mod watch;
 
 pub use kv::EtcdKv;
+pub use maintenance::{ETCD_API_VERSION, EtcdMaintenance};
+pub use watch::EtcdWatch;
 
+use prost::Message as _;
 use tonic::{Code, Status};
-use wasmraft_node::{Error, Node};
-use wasmraft_proto::etcdserverpb::ResponseHeader;
+use wasmraft_node::{Consistency, Error, Node};
+use wasmraft_proto::etcdserverpb::request_op::Request as Op;
+use wasmraft_proto::etcdserverpb::response_op::Response as OpResponse;
+use wasmraft_proto::etcdserverpb::{RangeRequest, RequestOp, ResponseHeader, ResponseOp};
 
 /// The name the KV plugin reports; the etcd API serves no other plugin.
 const KV_PLUGIN_NAME: &str = "wasmraft-kv";
@@ -39,6 +47,19 @@ fn header(node: &Node, plugin_header: Option<ResponseHeader>) -> Option<Response
         revision,
         raft_term: node.status().term,
     })
+}
+
+/// The KV revision this node has applied, as the plugin reports it in a
+/// header (a count of no keys, from this node's own state).
+async fn current_revision(node: &Node) -> Result<i64, Status> {
+    let count = RequestOp {
+        request: Some(Op::RequestRange(RangeRequest { key: vec![0], count_only: true, ..Default::default() })),
+    };
+    let answer = node.query(count.encode_to_vec(), Consistency::Eventual).await.map_err(etcd_status)?;
+    match ResponseOp::decode(answer.as_slice()).ok().and_then(|r| r.response) {
+        Some(OpResponse::ResponseRange(r)) => Ok(r.header.map_or(0, |h| h.revision)),
+        _ => Err(Status::internal("etcdserver: the KV plugin gave a malformed answer")),
+    }
 }
 
 /// A node error as etcd's server would answer it (`rpctypes` in etcd's
