@@ -41,6 +41,7 @@ use tokio::sync::watch;
 use wasmraft_node::Node;
 use wasmraft_proto::etcdserverpb::cluster_server::ClusterServer;
 use wasmraft_proto::etcdserverpb::kv_server::KvServer;
+use wasmraft_proto::etcdserverpb::lease_server::LeaseServer;
 use wasmraft_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use wasmraft_proto::etcdserverpb::watch_server::WatchServer;
 use wasmraft_proto::v1::admin_server::AdminServer;
@@ -118,6 +119,7 @@ pub async fn serve(
                 .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
         )
         .add_service(WatchServer::new(etcd::EtcdWatch::new(serving.node.clone())))
+        .add_service(LeaseServer::new(etcd::EtcdLease))
         .add_service(ClusterServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder.clone())))
         .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder)));
     let peer_router = tonic::transport::Server::builder().add_service(

@@ -8,10 +8,12 @@
 //! logic depend on.
 
 mod kv;
+mod lease;
 mod maintenance;
 mod watch;
 
 pub use kv::EtcdKv;
+pub use lease::EtcdLease;
 pub use maintenance::{ETCD_API_VERSION, EtcdMaintenance};
 pub use watch::EtcdWatch;
 
