@@ -2,12 +2,13 @@
 # Installs what building and testing Wasmraft needs on Debian/Ubuntu, if it
 # is missing: libclang (RocksDB's bindings), protoc (gRPC code), a Rust
 # toolchain for wasm32-unknown-unknown (the plugins), and the toolchains of
-# the C, Python and JavaScript examples (`cargo xtask examples`), and a
-# pinned etcdctl for the etcd API tests. Safe to run again.
+# the C, Python and JavaScript examples (`cargo xtask examples`), and
+# pinned etcdctl and etcd benchmark tool for the etcd API tests. Safe to run
+# again.
 #
 # Prints `export` lines (guest toolchain, tools directory) on stdout;
 # `scripts/test.sh` evaluates them. Everything else goes to stderr.
-# `--no-etcdctl` skips etcdctl (scripts/dev.sh does not need it). Two runs
+# `--no-etcdctl` skips etcd's tools (scripts/dev.sh does not need them). Two runs
 # at once (test.sh and dev.sh in two shells) take turns.
 set -euo pipefail
 
@@ -100,15 +101,18 @@ if ! grep -qs "\"version\": \"$COMPONENTIZE_QJS\"" "$TOOLS/npm/node_modules/comp
   rm -rf "$TOOLS/npm"
   npm install --prefix "$TOOLS/npm" --no-audit --no-fund --loglevel=error "componentize-qjs@$COMPONENTIZE_QJS" >&2
 fi
-# 4. etcdctl, pinned, for the etcd API tests: built from etcd's published
-#    Go modules through the Go module proxy (no GitHub). Needs Go 1.21 or
-#    later (it fetches the Go release etcd asks for itself); without one,
-#    a Go release is fetched from the module proxy too.
+# 4. etcdctl and etcd's benchmark tool, pinned, for the etcd API tests:
+#    built from etcd's published Go modules through the Go module proxy (no
+#    GitHub). Needs Go 1.21 or later (it fetches the Go release etcd asks
+#    for itself); without one, a Go release is fetched from the module proxy
+#    too.
 ETCD_VERSION=v3.6.8
 GO_BOOTSTRAP=go1.24.5
-ETCDCTL="$TOOLS/etcd-$ETCD_VERSION/etcdctl"
+ETCD_TOOLS="$TOOLS/etcd-$ETCD_VERSION"
+ETCDCTL="$ETCD_TOOLS/etcdctl"
+ETCD_BENCHMARK="$ETCD_TOOLS/benchmark"
 go_ok() { "$1" version 2>/dev/null | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'; }
-if [ "$WANT_ETCDCTL" = 1 ] && [ ! -x "$ETCDCTL" ]; then
+if [ "$WANT_ETCDCTL" = 1 ] && { [ ! -x "$ETCDCTL" ] || [ ! -x "$ETCD_BENCHMARK" ]; }; then
   GO=""
   for g in go /usr/local/go/bin/go "$TOOLS/go/bin/go"; do
     if go_ok "$g"; then GO=$g; break; fi
@@ -123,20 +127,26 @@ if [ "$WANT_ETCDCTL" = 1 ] && [ ! -x "$ETCDCTL" ]; then
     chmod +x "$TOOLS"/go/bin/* "$TOOLS"/go/pkg/tool/*/*
     GO="$TOOLS/go/bin/go"
   fi
-  say "building etcdctl $ETCD_VERSION with $("$GO" version) (a few minutes, once)"
-  build="$TOOLS/etcd-$ETCD_VERSION/src"
+  build="$ETCD_TOOLS/src"
   mkdir -p "$build"
-  (
-    cd "$build"
-    export GOTOOLCHAIN=auto GOFLAGS=-mod=mod GO111MODULE=on
-    [ -f go.mod ] || printf 'module wasmraft.local/etcdctl\n\ngo 1.21\n' > go.mod
-    "$GO" get "go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION" >&2
-    "$GO" build -trimpath -o "$ETCDCTL.tmp" go.etcd.io/etcd/etcdctl/v3 >&2
-    mv "$ETCDCTL.tmp" "$ETCDCTL"
-  )
+  for tool in etcdctl:go.etcd.io/etcd/etcdctl/v3 benchmark:go.etcd.io/etcd/v3/tools/benchmark; do
+    name=${tool%%:*} pkg=${tool#*:}
+    [ -x "$ETCD_TOOLS/$name" ] && continue
+    say "building etcd's $name $ETCD_VERSION with $("$GO" version) (a few minutes, once)"
+    (
+      cd "$build"
+      export GOTOOLCHAIN=auto GOFLAGS=-mod=mod GO111MODULE=on
+      [ -f go.mod ] || printf 'module wasmraft.local/etcdtools\n\ngo 1.21\n' > go.mod
+      module=${pkg%/tools/benchmark}
+      "$GO" get "$module@$ETCD_VERSION" >&2
+      "$GO" build -trimpath -o "$ETCD_TOOLS/$name.tmp" "$pkg" >&2
+      mv "$ETCD_TOOLS/$name.tmp" "$ETCD_TOOLS/$name"
+    )
+  done
 fi
 if [ "$WANT_ETCDCTL" = 1 ]; then
   "$ETCDCTL" version | head -1 | sed 's/^/setup: /' >&2
   printf 'export WASMRAFT_ETCDCTL=%q\n' "$ETCDCTL"
+  printf 'export WASMRAFT_ETCD_BENCHMARK=%q\n' "$ETCD_BENCHMARK"
 fi
 printf 'export WASMRAFT_TOOLS=%q\n' "$TOOLS"
