@@ -2,7 +2,10 @@
 # Runs the same workloads against a local 3-member etcd cluster and a local
 # 3-node Wasmraft cluster, back to back, and prints one table row per system
 # and workload: req/s, latency, and operations per server CPU-second (the
-# three servers' user+system CPU from /proc).
+# three servers' user+system CPU from /proc). Wasmraft is driven twice: by
+# etcd's own benchmark tool through etcd's API (the same client as etcd's
+# rows: "wasmraft (etcd tool) raw"), and by wasmraft-bench through
+# `wasmraft.v1` (which also has lease and eventual reads).
 #
 #   benches/compare.sh                 # defaults below
 #   TOTAL=100000 A_TOTAL=10000 benches/compare.sh
@@ -77,6 +80,13 @@ j = json.loads(raw); cpu = float(c1) - float(c0); l = j["latency_ms"]
 print(f"wasmraft | {name} | {cc} | {total} | {j['requests_per_s']:.0f} | {l['avg']:.2f} | {l['p50']:.2f} | {l['p99']:.2f} | {cpu:.2f} | {j['ok']/cpu if cpu > 0 else 0:.0f}")
 PY
 }
+# The same client for both systems: etcd's benchmark tool through etcd's
+# API, which Wasmraft serves over the KV plugin.
+ETCD_PIDS="${WPIDS[*]}" WORKLOADS="a b c d" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
+  OUT_DIR="$OUT/wasmraft-etcd-tool-raw" "$TOOLS/etcd-bench.sh" "$EP" > "$OUT/wasmraft-etcd-tool.txt" 2> "$OUT/wasmraft-etcd-tool.err" \
+  || { cat "$OUT/wasmraft-etcd-tool.err"; exit 1; }
+sed 's/^/# wasmraft (etcd tool) raw: /' "$OUT/wasmraft-etcd-tool.txt"
+
 run put-1 1 1 "$A_TOTAL" --sequential-keys --target-leader put
 run put 200 1000 "$TOTAL" --sequential-keys put
 run range-l 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency l
