@@ -156,7 +156,12 @@ impl From<ConsistencyArg> for Consistency {
 #[derive(Args, Debug)]
 pub struct PutArgs {
     pub key: String,
-    pub value: String,
+    /// The value; `-` reads it from standard input (any bytes).
+    #[arg(conflicts_with = "from_file")]
+    pub value: Option<String>,
+    /// Read the value from this file (any bytes, up to the request limit).
+    #[arg(long, value_name = "PATH")]
+    pub from_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub endpoints: Endpoints,
 }
@@ -266,10 +271,20 @@ fn stdout_bytes(bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 pub async fn put(a: PutArgs) -> anyhow::Result<()> {
+    let value = match (&a.value, &a.from_file) {
+        (_, Some(path)) => std::fs::read(path).with_context(|| format!("cannot read the value from {}", path.display()))?,
+        (Some(v), None) if v == "-" => {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("cannot read the value from standard input")?;
+            bytes
+        }
+        (Some(v), None) => v.clone().into_bytes(),
+        (None, None) => bail!("give a VALUE, `-` to read it from standard input, or --from-file PATH"),
+    };
     let r = a
         .endpoints
         .client()?
-        .propose(kv::put(&a.key, &a.value))
+        .propose(kv::put(&a.key, &value))
         .await?;
     match kv::decode(&r.result)? {
         Response::ResponsePut(_) => println!("OK"),

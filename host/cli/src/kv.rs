@@ -10,8 +10,8 @@ pub fn encode(request: Request) -> Vec<u8> {
     RequestOp { request: Some(request) }.encode_to_vec()
 }
 
-pub fn put(key: &str, value: &str) -> Vec<u8> {
-    encode(Request::RequestPut(PutRequest { key: key.into(), value: value.into(), ..Default::default() }))
+pub fn put(key: &str, value: &[u8]) -> Vec<u8> {
+    encode(Request::RequestPut(PutRequest { key: key.into(), value: value.to_vec(), ..Default::default() }))
 }
 
 pub fn range(key: &str, prefix: bool) -> Vec<u8> {

@@ -38,7 +38,9 @@ enum Command {
     /// Start a local 3-node cluster with the KV plugin (state in a temporary
     /// directory unless --data-dir is given) and print its endpoints.
     Dev(dev::DevArgs),
-    /// Store VALUE under KEY (KV plugin).
+    /// Store VALUE under KEY (KV plugin); `-` reads the value from standard
+    /// input, `--from-file PATH` from a file (values of any size up to the
+    /// request limit, any bytes).
     Put(client_cmds::PutArgs),
     /// Print the value of KEY, or with --prefix every key and value under it (KV plugin).
     Get(client_cmds::GetArgs),
@@ -89,11 +91,31 @@ fn limit_malloc_arenas() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
 
+/// Client commands end quietly when their output is closed
+/// (`wasmraft get --prefix '' | head -1`), as Unix tools do, instead of
+/// panicking on the failed write: Rust ignores SIGPIPE, so the default
+/// action (ending the process) is restored. Not for `run` and `dev`, whose
+/// logs going to a closed pipe must not stop a node.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn end_quietly_on_closed_output() {
+    // SAFETY: `signal` with the default disposition; called first thing in
+    // `main`, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn end_quietly_on_closed_output() {}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let server = matches!(cli.command, Command::Run(_) | Command::Dev(_));
     if server {
         limit_malloc_arenas();
+    } else {
+        end_quietly_on_closed_output();
     }
     logging::init(&cli.logging, server);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -96,6 +96,60 @@ fn put_get_del_and_status_from_the_command_line() {
     }
 }
 
+/// Values too large for an argument list come from standard input or a
+/// file, as any bytes; a client command whose output is closed early ends
+/// quietly instead of panicking.
+#[test]
+fn put_reads_values_from_stdin_or_a_file_and_a_closed_pipe_is_quiet() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let node = DevNode::start(dir.path());
+    // 512 KiB of non-UTF-8 bytes: past what an argument list takes.
+    let big: Vec<u8> = (0..512 * 1024).map(|i| (i % 251) as u8 | 0x80).collect();
+    let mut put = Command::new(BIN)
+        .args(["put", "from-stdin", "-"])
+        .env("WASMRAFT_ENDPOINTS", &node.endpoint)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    put.stdin.take().unwrap().write_all(&big).unwrap();
+    assert_eq!(stdout(&put.wait_with_output().unwrap()), "OK\n");
+    let got = node.cli(&["get", "from-stdin"]);
+    assert!(got.status.success());
+    assert_eq!(&got.stdout[..got.stdout.len() - 1], big.as_slice(), "the bytes read back, then a newline");
+
+    let file = dir.path().join("value.bin");
+    std::fs::write(&file, b"from a file").unwrap();
+    assert_eq!(stdout(&node.cli(&["put", "from-file", "--from-file", file.to_str().unwrap()])), "OK\n");
+    assert_eq!(stdout(&node.cli(&["get", "from-file"])), "from a file\n");
+    let both = node.cli(&["put", "k", "v", "--from-file", file.to_str().unwrap()]);
+    assert!(!both.status.success(), "a value and a file at once are refused");
+    let neither = node.cli(&["put", "k"]);
+    assert!(!neither.status.success() && String::from_utf8_lossy(&neither.stderr).contains("--from-file"));
+
+    // `get --prefix` into a reader that closes after the first line.
+    for i in 0..200 {
+        stdout(&node.cli(&["put", &format!("many/{i:03}"), &"x".repeat(1000)]));
+    }
+    let mut get = Command::new(BIN)
+        .args(["get", "--prefix", "many/"])
+        .env("WASMRAFT_ENDPOINTS", &node.endpoint)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(get.stdout.take().unwrap()).read_line(&mut first).unwrap(); // then the pipe closes
+    assert_eq!(first, "many/000\n");
+    let out = get.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "a closed pipe panicked the client: {stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert!(out.status.success() || out.status.signal() == Some(13), "ends quietly (SIGPIPE), not with an error: {:?} {stderr}", out.status);
+}
+
 #[test]
 fn members_and_leader_transfer() {
     let dir = tempfile::tempdir().unwrap();
