@@ -91,23 +91,32 @@ fn limit_malloc_arenas() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
 
-/// Client commands end quietly when their output is closed
-/// (`wasmraft get --prefix '' | head -1`), as Unix tools do, instead of
-/// panicking on the failed write: Rust ignores SIGPIPE, so the default
-/// action (ending the process) is restored. Not for `run` and `dev`, whose
-/// logs going to a closed pipe must not stop a node.
-#[cfg(unix)]
-#[allow(unsafe_code)]
+/// Client commands end quietly, with success, when their output is closed
+/// early (`wasmraft get --prefix '' | head -1`), as Unix tools do: `print!`
+/// panics on a write to a closed pipe, and this hook turns exactly that
+/// panic into an exit. (Restoring SIGPIPE's default instead would also kill
+/// the process on a write to a closed network connection.)
 fn end_quietly_on_closed_output() {
-    // SAFETY: `signal` with the default disposition; called first thing in
-    // `main`, before any other thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
-#[cfg(not(unix))]
-fn end_quietly_on_closed_output() {}
+/// Whether `e` comes from writing to a closed output.
+fn is_closed_output(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -143,6 +152,7 @@ fn main() -> std::process::ExitCode {
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if !server && is_closed_output(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e:#}");
             if let Some(hint) = hint(&format!("{e:#}")) {

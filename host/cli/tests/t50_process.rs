@@ -129,25 +129,22 @@ fn put_reads_values_from_stdin_or_a_file_and_a_closed_pipe_is_quiet() {
     let neither = node.cli(&["put", "k"]);
     assert!(!neither.status.success() && String::from_utf8_lossy(&neither.stderr).contains("--from-file"));
 
-    // `get --prefix` into a reader that closes after the first line.
-    for i in 0..200 {
-        stdout(&node.cli(&["put", &format!("many/{i:03}"), &"x".repeat(1000)]));
+    // Output closed before the command prints (as `| head -1` does to a
+    // longer output): `print!` fails with a broken pipe, and the client
+    // ends with success and says nothing, where it used to panic.
+    for args in [&["check"][..], &["plugin", "info"][..], &["status"][..], &["get", "from-file"][..]] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("WASMRAFT_ENDPOINTS", &node.endpoint)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && stderr.is_empty(), "{args:?} on a closed pipe: {:?} {stderr}", out.status);
     }
-    let mut get = Command::new(BIN)
-        .args(["get", "--prefix", "many/"])
-        .env("WASMRAFT_ENDPOINTS", &node.endpoint)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(get.stdout.take().unwrap()).read_line(&mut first).unwrap(); // then the pipe closes
-    assert_eq!(first, "many/000\n");
-    let out = get.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "a closed pipe panicked the client: {stderr}");
-    use std::os::unix::process::ExitStatusExt;
-    assert!(out.status.success() || out.status.signal() == Some(13), "ends quietly (SIGPIPE), not with an error: {:?} {stderr}", out.status);
 }
 
 #[test]
