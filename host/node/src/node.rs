@@ -745,6 +745,11 @@ impl Node {
         Ok((plugin.info().clone(), applied.index))
     }
 
+    /// This node's current term (without a whole [`NodeStatus`]).
+    pub fn term(&self) -> u64 {
+        self.inner.status.lock().term
+    }
+
     /// The running plugin and the index of the entry that deployed it (0:
     /// the plugin the node started with).
     pub fn plugin(&self) -> (PluginInfo, u64) {

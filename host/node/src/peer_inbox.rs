@@ -41,7 +41,7 @@ impl PeerInbox {
         });
         if taken.is_err() {
             let before = self.dropped.fetch_add(1, Ordering::Relaxed);
-            if before % 1000 == 0 {
+            if before.is_multiple_of(1000) {
                 tracing::warn!(
                     from = m.from.0,
                     kind = m.body.kind(),

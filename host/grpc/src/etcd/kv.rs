@@ -31,15 +31,15 @@ impl EtcdKv {
         Self { node, forwarder }
     }
 
-    /// Proposes `op` and returns the plugin's answer. On a follower the
-    /// caller's `forward` runs against the leader's KV service instead.
-    async fn write<T, F, Fut>(&self, op: Op, was_forwarded: bool, forward: F) -> Result<Result<OpResponse, T>, Status>
+    /// Proposes `command` (a `RequestOp`, see [`request_op`]) and returns
+    /// the plugin's answer. On a follower the caller's `forward` runs
+    /// against the leader's KV service instead.
+    async fn write<T, F, Fut>(&self, command: Vec<u8>, was_forwarded: bool, forward: F) -> Result<Result<OpResponse, T>, Status>
     where
         F: FnOnce(KvClient<tonic::transport::Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
         require_kv(&self.node)?;
-        let command = RequestOp { request: Some(op) }.encode_to_vec();
         match self.node.propose(command).await {
             Ok(answer) => decode(&answer).map(Ok),
             Err(Error::NotLeader { leader: Some(leader) }) if leader.0 != self.node.id() && !was_forwarded => {
@@ -62,6 +62,20 @@ impl EtcdKv {
         let answer = self.node.query(request, consistency).await.map_err(etcd_status)?;
         decode(&answer)
     }
+}
+
+/// Field numbers of `RequestOp`'s `request` oneof.
+const OP_PUT: u32 = 2;
+const OP_DELETE_RANGE: u32 = 3;
+const OP_TXN: u32 = 4;
+
+/// `RequestOp { request: Some(op) }` encoded from a borrowed request, where
+/// `field` is the op's field number: the same bytes without moving or
+/// copying the request, which a follower still needs to forward.
+fn request_op<M: prost::Message>(field: u32, request: &M) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(request.encoded_len() + 8);
+    prost::encoding::message::encode(field, request, &mut buf);
+    buf
 }
 
 fn decode(answer: &[u8]) -> Result<OpResponse, Status> {
@@ -106,8 +120,8 @@ impl Kv for EtcdKv {
                 "etcdserver: requested lease not found (leases are not served yet: put without --lease)",
             ));
         }
-        let again = r.clone();
-        match self.write(Op::RequestPut(r), was_forwarded, |mut c| async move { c.put(forwarded(again)).await }).await? {
+        let command = request_op(OP_PUT, &r);
+        match self.write(command, was_forwarded, |mut c| async move { c.put(forwarded(r)).await }).await? {
             Ok(OpResponse::ResponsePut(mut resp)) => {
                 resp.header = header(&self.node, resp.header);
                 Ok(Response::new(resp))
@@ -123,9 +137,9 @@ impl Kv for EtcdKv {
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let was_forwarded = is_forwarded(&request);
         let r = request.into_inner();
-        let again = r.clone();
+        let command = request_op(OP_DELETE_RANGE, &r);
         let answer = self
-            .write(Op::RequestDeleteRange(r), was_forwarded, |mut c| async move { c.delete_range(forwarded(again)).await })
+            .write(command, was_forwarded, |mut c| async move { c.delete_range(forwarded(r)).await })
             .await?;
         match answer {
             Ok(OpResponse::ResponseDeleteRange(mut resp)) => {
@@ -143,8 +157,8 @@ impl Kv for EtcdKv {
         let answer = if read_only(&r) {
             Ok(self.read(Op::RequestTxn(r), Consistency::Linearizable).await?)
         } else {
-            let again = r.clone();
-            self.write(Op::RequestTxn(r), was_forwarded, |mut c| async move { c.txn(forwarded(again)).await }).await?
+            let command = request_op(OP_TXN, &r);
+            self.write(command, was_forwarded, |mut c| async move { c.txn(forwarded(r)).await }).await?
         };
         match answer {
             Ok(OpResponse::ResponseTxn(mut resp)) => {
@@ -154,5 +168,22 @@ impl Kv for EtcdKv {
             Ok(_) => Err(unexpected()),
             Err(leader) => Ok(leader),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Encoding from a borrowed request gives `RequestOp`'s own bytes.
+    #[test]
+    fn a_borrowed_request_encodes_as_its_request_op() {
+        let put = PutRequest { key: b"k".to_vec(), value: vec![7; 300], prev_kv: true, ..Default::default() };
+        let del = DeleteRangeRequest { key: b"a".to_vec(), range_end: b"b".to_vec(), prev_kv: true };
+        let txn = TxnRequest { success: vec![RequestOp { request: Some(Op::RequestPut(put.clone())) }], ..Default::default() };
+        let op = |o: Op| RequestOp { request: Some(o) }.encode_to_vec();
+        assert_eq!(request_op(OP_PUT, &put), op(Op::RequestPut(put.clone())));
+        assert_eq!(request_op(OP_DELETE_RANGE, &del), op(Op::RequestDeleteRange(del.clone())));
+        assert_eq!(request_op(OP_TXN, &txn), op(Op::RequestTxn(txn.clone())));
     }
 }

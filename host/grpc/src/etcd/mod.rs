@@ -29,7 +29,7 @@ const KV_PLUGIN_NAME: &str = "wasmraft-kv";
 
 /// Refuses the call unless this node runs the KV plugin.
 fn require_kv(node: &Node) -> Result<(), Status> {
-    let plugin = node.status().plugin.name;
+    let plugin = node.plugin().0.name;
     if plugin == KV_PLUGIN_NAME {
         Ok(())
     } else {
@@ -47,7 +47,7 @@ fn header(node: &Node, plugin_header: Option<ResponseHeader>) -> Option<Response
         cluster_id: node.cluster_id().unwrap_or(0),
         member_id: node.id(),
         revision,
-        raft_term: node.status().term,
+        raft_term: node.term(),
     })
 }
 
