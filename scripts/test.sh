@@ -19,7 +19,7 @@ echo "==> building the C, Python and JavaScript examples"
 cargo xtask examples
 
 echo "==> SDK doc tests and guest unit tests (native)"
-cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p bank
+cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p bank -p wasmraft-kv
 
 echo "==> workspace tests"
 cargo test --workspace --locked

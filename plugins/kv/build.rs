@@ -1,6 +1,10 @@
 fn main() {
     let root = "../../proto/etcd";
-    let files = [format!("{root}/etcdserverpb/rpc.proto"), format!("{root}/mvccpb/kv.proto")];
+    let files = [
+        format!("{root}/etcdserverpb/rpc.proto"),
+        format!("{root}/mvccpb/kv.proto"),
+        format!("{root}/kvplugin/kvplugin.proto"),
+    ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -23,6 +23,13 @@ pub mod mvccpb {
     tonic::include_proto!("mvccpb");
 }
 
+/// The KV plugin's own requests and responses: etcd's `RequestOp` and
+/// `ResponseOp` plus compaction, watch history and keyspace hashes.
+#[allow(missing_docs)]
+pub mod kvplugin {
+    tonic::include_proto!("kvplugin");
+}
+
 /// The etcd `range_end` that selects every key starting with `prefix` (the
 /// prefix with its last byte below 0xff incremented; `"\0"`, every key from
 /// `prefix` on, when there is none).

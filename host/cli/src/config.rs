@@ -62,6 +62,8 @@ pub struct FileConfig {
     pub raft: RaftSection,
     #[serde(default)]
     pub limits: LimitsSection,
+    #[serde(default)]
+    pub etcd: EtcdSection,
     /// TLS on both listeners; off without this section.
     #[serde(default)]
     pub tls: Option<TlsSection>,
@@ -146,6 +148,31 @@ impl Default for RaftSection {
             snapshot_entries: d.snapshot_entries,
             hash_check_entries: d.hash_check_entries,
         }
+    }
+}
+
+/// etcd's API over the KV plugin.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EtcdSection {
+    /// `periodic` or `revision`, as etcd's `--auto-compaction-mode`.
+    pub auto_compaction_mode: String,
+    /// As etcd's `--auto-compaction-retention`: a duration such as `1h`,
+    /// `30m` or `90s` (periodic), or a count of revisions (revision); `0`
+    /// keeps every revision until a client compacts.
+    pub auto_compaction_retention: String,
+}
+
+impl Default for EtcdSection {
+    fn default() -> Self {
+        Self { auto_compaction_mode: "periodic".into(), auto_compaction_retention: "1h".into() }
+    }
+}
+
+impl EtcdSection {
+    pub fn auto_compaction(&self) -> anyhow::Result<Option<wasmraft_grpc::etcd::AutoCompaction>> {
+        wasmraft_grpc::etcd::AutoCompaction::parse(&self.auto_compaction_mode, &self.auto_compaction_retention)
+            .map_err(|e| anyhow::anyhow!("[etcd] {e}"))
     }
 }
 

@@ -30,6 +30,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let peers = file.peer_addresses()?;
     file.cluster_id()?; // a malformed cluster_id is an error, not ignored
+    let auto_compaction = file.etcd.auto_compaction()?;
     let config = file.node_config();
     let tls = match &file.tls {
         Some(t) => Some(Arc::new(
@@ -50,6 +51,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         faults,
         tls,
         file.advertise_client.clone(),
+        auto_compaction,
         stop.clone(),
     )?;
     if let Some(addr) = file.metrics_listen {
@@ -141,6 +143,7 @@ pub fn start(
     faults: wasmraft_grpc::Faults,
     tls: Option<Arc<wasmraft_grpc::TlsSettings>>,
     advertise_client: Option<String>,
+    auto_compaction: Option<wasmraft_grpc::etcd::AutoCompaction>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Served> {
     let client_addr = listeners.client.local_addr()?;
@@ -186,6 +189,7 @@ pub fn start(
         faults,
         book,
         tls,
+        auto_compaction,
     };
     let server = tokio::spawn(wasmraft_grpc::serve(
         serving,

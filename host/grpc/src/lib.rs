@@ -63,6 +63,9 @@ pub struct Serving {
     pub book: Arc<PeerBook>,
     /// TLS on both listeners, if configured.
     pub tls: Option<Arc<TlsSettings>>,
+    /// How much of the KV plugin's history to keep (none: all, until a
+    /// client compacts).
+    pub auto_compaction: Option<etcd::AutoCompaction>,
 }
 
 impl Serving {
@@ -95,6 +98,9 @@ pub async fn serve(
         serving.tls.as_ref().map(|t| t.dialer()),
         serving.admins(),
     );
+    if let Some(policy) = serving.auto_compaction {
+        tokio::spawn(etcd::compactor::run(serving.node.clone(), policy, shutdown.clone()));
+    }
     let admin = AdminService::new(
         serving.node.clone(),
         forwarder.clone(),

@@ -126,7 +126,7 @@ fn check_same_semantics() {
     }
     let dump = |r: &Replica| r.storage.apply_reader().dump().expect("dump");
     assert_eq!(dump(&wasm), dump(&native), "keyspaces differ");
-    assert_eq!(dump(&wasm).len(), 1 + 152, "the revision and 152 keys");
+    assert_eq!(dump(&wasm).len(), 1 + 152 + 2 * 206, "the revision, 152 keys, and the 206 puts' versions with their revision-log records");
 }
 
 fn bench(c: &mut Criterion) {

@@ -1,7 +1,20 @@
 //! How the KV plugin lays out etcd's data in the host store.
 //!
-//! `\x00rev` holds the current revision (8 bytes, big-endian); every user key
-//! `k` lives at `\x01k` as an encoded `mvccpb.KeyValue` without its key.
+//! ```text
+//! \x00rev             the current revision (u64, big-endian)
+//! \x00compact         the compacted revision: reads and watches below it fail
+//! \x01 key            the key's current KeyValue, encoded without its key
+//! \x02 rev sub        the revision log: the key changed at (rev, sub)
+//! \x03 esc(key) rev   the key's version at rev: its KeyValue without the key,
+//!                     or empty where the key was deleted
+//! ```
+//!
+//! A read at the current revision is one point read of `\x01 key`, as
+//! before history was kept; history serves reads at past revisions
+//! ([`crate::history`]) and the revision log serves watchers and
+//! compaction. `esc` keeps byte order and makes one key's versions
+//! contiguous: every 0x00 becomes 0x00 0xff, and 0x00 0x01 ends the key.
+//! See `docs/design/005-kv-history.md`.
 
 use prost::Message;
 use wasmraft_sdk::store;
@@ -9,28 +22,116 @@ use wasmraft_sdk::store;
 use crate::pb::mvccpb::KeyValue;
 
 const REVISION_KEY: &[u8] = b"\x00rev";
-const DATA_PREFIX: u8 = 0x01;
+const COMPACT_KEY: &[u8] = b"\x00compact";
+const CURRENT: u8 = 0x01;
+pub(crate) const LOG: u8 = 0x02;
+pub(crate) const HISTORY: u8 = 0x03;
 /// etcd's store starts at revision 1 before any write.
 const INITIAL_REVISION: i64 = 1;
 
-fn data_key(key: &[u8]) -> Vec<u8> {
+fn current_key(key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(key.len() + 1);
-    k.push(DATA_PREFIX);
+    k.push(CURRENT);
     k.extend_from_slice(key);
     k
 }
 
+/// `\x03 esc(key)`: the prefix of every stored version of `key`.
+pub(crate) fn history_prefix(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 12);
+    k.push(HISTORY);
+    for &b in key {
+        k.push(b);
+        if b == 0 {
+            k.push(0xff);
+        }
+    }
+    k.extend_from_slice(&[0, 1]);
+    k
+}
+
+/// Where the version of `key` at `revision` is stored.
+pub(crate) fn history_key(key: &[u8], revision: i64) -> Vec<u8> {
+    let mut k = history_prefix(key);
+    k.extend_from_slice(&(revision as u64).to_be_bytes());
+    k
+}
+
+/// The user key and revision of a history record's store key.
+pub(crate) fn parse_history_key(stored: &[u8]) -> Option<(Vec<u8>, i64)> {
+    let body = stored.strip_prefix(&[HISTORY])?;
+    let (escaped, revision) = body.split_at_checked(body.len().checked_sub(8)?)?;
+    let mut key = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.iter();
+    while let Some(&b) = bytes.next() {
+        if b != 0 {
+            key.push(b);
+            continue;
+        }
+        match bytes.next() {
+            Some(0xff) => key.push(0),
+            Some(1) if bytes.as_slice().is_empty() => {
+                return Some((key, u64::from_be_bytes(revision.try_into().ok()?) as i64));
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Where the revision log records the change at `(revision, sub)`.
+pub(crate) fn log_key(revision: i64, sub: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13);
+    k.push(LOG);
+    k.extend_from_slice(&(revision as u64).to_be_bytes());
+    k.extend_from_slice(&sub.to_be_bytes());
+    k
+}
+
+/// The revision of a revision-log record's store key.
+pub(crate) fn parse_log_key(stored: &[u8]) -> Option<i64> {
+    let bytes: [u8; 8] = stored.get(1..9)?.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes) as i64)
+}
+
+/// The store bounds `[start, end)` in the history of an etcd range with a
+/// non-empty `range_end` (`"\0"`: every key from `key` on).
+pub(crate) fn history_bounds(key: &[u8], range_end: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let end = if range_end == [0] { vec![HISTORY + 1] } else { history_prefix(range_end) };
+    (history_prefix(key), end)
+}
+
+/// Whether `key` lies in the etcd range `[start, range_end)`.
+pub(crate) fn in_range(key: &[u8], start: &[u8], range_end: &[u8]) -> bool {
+    match range_end {
+        [] => key == start,
+        [0] => key >= start,
+        end => key >= start && key < end,
+    }
+}
+
+/// The oldest revision reads and watchers may ask for (0: nothing compacted).
+pub(crate) fn compacted_revision() -> i64 {
+    store::get_u64(COMPACT_KEY).map_or(0, |r| r as i64)
+}
+
+pub(crate) fn set_compacted_revision(revision: i64) {
+    store::put_u64(COMPACT_KEY, revision as u64);
+}
+
 /// The revision of one entry: reads see `base`; writes are stamped `base + 1`,
-/// which becomes current only if something changed.
+/// which becomes current only if something changed. `sub` numbers the
+/// changes within the revision, in order.
 pub(crate) struct Revision {
     pub base: i64,
     pub changed: bool,
+    sub: u32,
 }
 
 impl Revision {
     pub fn begin() -> Self {
         let base = store::get_u64(REVISION_KEY).map_or(INITIAL_REVISION, |r| r as i64);
-        Self { base, changed: false }
+        Self { base, changed: false, sub: 0 }
     }
 
     /// The revision writes of this entry carry.
@@ -49,27 +150,61 @@ impl Revision {
             store::put_u64(REVISION_KEY, (self.base + 1) as u64);
         }
     }
+
+    /// Records in the revision log that `key` changed at this revision.
+    fn log(&mut self, key: &[u8]) -> i64 {
+        let revision = self.write();
+        store::put(&log_key(revision, self.sub), key);
+        self.sub += 1;
+        revision
+    }
 }
 
 /// The key-value under `key`.
 pub(crate) fn get(key: &[u8]) -> Option<KeyValue> {
-    store::get(&data_key(key)).map(|bytes| decode(key.to_vec(), &bytes))
+    store::get(&current_key(key)).map(|bytes| decode(key.to_vec(), &bytes))
 }
 
-pub(crate) fn put(kv: &KeyValue) {
-    let stored = KeyValue { key: Vec::new(), ..kv.clone() };
-    store::put(&data_key(&kv.key), &stored.encode_to_vec());
+/// Stores `kv` as the current version of its key, stamped with this
+/// entry's revision, and keeps it in the key's history.
+pub(crate) fn put(kv: &KeyValue, rev: &mut Revision) {
+    let revision = rev.log(&kv.key);
+    debug_assert_eq!(revision, kv.mod_revision);
+    let stored = KeyValue { key: Vec::new(), ..kv.clone() }.encode_to_vec();
+    store::put(&current_key(&kv.key), &stored);
+    store::put(&history_key(&kv.key, revision), &stored);
 }
 
-pub(crate) fn delete(key: &[u8]) {
-    store::delete(&data_key(key));
+/// Deletes `key` at this entry's revision, leaving a deletion in its history.
+pub(crate) fn delete(key: &[u8], rev: &mut Revision) {
+    let revision = rev.log(key);
+    store::delete(&current_key(key));
+    store::put(&history_key(key, revision), &[]);
+}
+
+/// Starts the history of a keyspace written by a KV plugin that kept none
+/// (run on deploy, a no-op once history exists): each key's current
+/// version becomes its first, and the current revision the compacted one.
+pub(crate) fn start_history() {
+    let Some(revision) = store::get_u64(REVISION_KEY) else { return };
+    if store::get(COMPACT_KEY).is_some() {
+        return;
+    }
+    let mut sub = 0u32;
+    for (stored, bytes) in store::range(&[CURRENT], &[CURRENT + 1]) {
+        let kv = decode(stored[1..].to_vec(), &bytes);
+        store::put(&log_key(kv.mod_revision, sub), &kv.key);
+        store::put(&history_key(&kv.key, kv.mod_revision), &bytes);
+        sub = sub.wrapping_add(1);
+    }
+    set_compacted_revision(revision as i64);
 }
 
 /// The store bounds of an etcd range: `range_end` empty is the single key
 /// (handled by callers), `"\0"` means every key from `key` on.
 fn bounds(key: &[u8], range_end: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-    let start = data_key(key);
-    let end = if range_end == [0] { vec![DATA_PREFIX + 1] } else { data_key(range_end) };
+    let start = current_key(key);
+    let end = if range_end == [0] { vec![CURRENT + 1] } else { current_key(range_end) };
     (start < end).then_some((start, end))
 }
 
@@ -88,12 +223,17 @@ pub(crate) fn range(key: &[u8], range_end: &[u8], limit: u32, reverse: bool) -> 
 /// The number of keys in the etcd range.
 pub(crate) fn count(key: &[u8], range_end: &[u8]) -> i64 {
     if range_end.is_empty() {
-        return i64::from(store::get(&data_key(key)).is_some());
+        return i64::from(store::get(&current_key(key)).is_some());
     }
     match bounds(key, range_end) {
         Some((start, end)) => store::count(&start, &end) as i64,
         None => 0,
     }
+}
+
+/// A stored version: `None` for a deletion.
+pub(crate) fn decode_version(key: Vec<u8>, bytes: &[u8]) -> Option<KeyValue> {
+    (!bytes.is_empty()).then(|| decode(key, bytes))
 }
 
 fn decode(key: Vec<u8>, bytes: &[u8]) -> KeyValue {
@@ -102,4 +242,32 @@ fn decode(key: Vec<u8>, bytes: &[u8]) -> KeyValue {
     let mut kv = KeyValue::decode(bytes).expect("corrupt key-value record in the store");
     kv.key = key;
     kv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_keys_keep_byte_order_and_parse_back() {
+        let keys: [&[u8]; 7] = [b"", b"\x00", b"\x00\x00", b"\x00\x01", b"a", b"a\x00", b"a\x00b"];
+        for pair in keys.windows(2) {
+            assert!(history_key(pair[0], i64::MAX) < history_key(pair[1], 0), "{pair:?}");
+        }
+        for key in keys {
+            assert_eq!(parse_history_key(&history_key(key, 42)), Some((key.to_vec(), 42)));
+        }
+        assert_eq!(parse_history_key(b"\x03a\x00\x02\0\0\0\0\0\0\0\x01"), None);
+    }
+
+    #[test]
+    fn a_range_in_history_holds_exactly_the_keys_of_the_range() {
+        let (start, end) = history_bounds(b"a", b"b");
+        for (key, inside) in [(&b"a"[..], true), (b"a\x00", true), (b"a\xff\xff", true), (b"b", false), (b"\x00", false)] {
+            let k = history_key(key, 7);
+            assert_eq!(k >= start && k < end, inside, "{key:?}");
+        }
+        let (start, end) = history_bounds(b"a", b"\x00");
+        assert!(history_key(b"\xff\xff", 1) >= start && history_key(b"\xff\xff", 1) < end);
+    }
 }

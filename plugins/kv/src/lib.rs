@@ -4,17 +4,23 @@
 //! `etcdserverpb.RequestOp` (put, delete-range, txn, or a range served
 //! through the log) answered with a `ResponseOp`; a query is a `RequestOp`
 //! holding a range or a read-only txn. So etcd's v3 API is a thin adapter on
-//! the host side.
+//! the host side. `kvplugin.Request` extends `RequestOp` with what etcd's
+//! API needs beyond it: a compaction (a command), and the changes since a
+//! revision and keyspace hashes (queries).
 //!
 //! Semantics follow etcd: one global revision that increases by one per entry
 //! that changes something; per key `create_revision`, `mod_revision` and
 //! `version`; range ends (`""` one key, `"\0"` every key from `key`, else
 //! `[key, range_end)`); txn compares on value, version, create and mod
-//! revision. Only the newest revision is kept: a read at an older revision
+//! revision. Past revisions are kept until a compaction: a range reads the
+//! keyspace as of any kept revision, and a read below the compacted revision
 //! gets etcd's "compacted" error. Each changed key emits an `mvccpb.Event`.
 
+mod history;
 mod keyspace;
 mod ops;
+#[cfg(test)]
+mod tests;
 mod txn;
 
 pub mod pb {
@@ -26,38 +32,87 @@ pub mod pb {
     pub mod etcdserverpb {
         include!(concat!(env!("OUT_DIR"), "/etcdserverpb.rs"));
     }
+    pub mod kvplugin {
+        include!(concat!(env!("OUT_DIR"), "/kvplugin.rs"));
+    }
 }
 
-use pb::etcdserverpb::{RequestOp, ResponseOp};
+use pb::etcdserverpb::request_op::Request as Op;
+use pb::etcdserverpb::response_op::Response as OpResponse;
+use pb::kvplugin::request::Request as KvRequest;
+use pb::kvplugin::response::Response as KvResponse;
+use pb::kvplugin::{Request, Response};
 use prost::Message;
-use wasmraft_sdk::{ApplyError, Entry, QueryError, StateMachine};
+use wasmraft_sdk::{ApplyError, Entry, PluginInfo, QueryError, StateMachine};
 
 use crate::keyspace::Revision;
 
 /// The KV state machine.
 pub struct Kv;
 
+fn decode(bytes: &[u8]) -> Result<KvRequest, String> {
+    let request = Request::decode(bytes).map_err(|e| format!("malformed RequestOp: {e}"))?;
+    request.request.ok_or_else(|| "empty RequestOp".to_string())
+}
+
+/// The etcd operation a request holds, if it is one.
+fn etcd_op(request: KvRequest) -> Result<Op, KvRequest> {
+    Ok(match request {
+        KvRequest::RequestRange(r) => Op::RequestRange(r),
+        KvRequest::RequestPut(r) => Op::RequestPut(r),
+        KvRequest::RequestDeleteRange(r) => Op::RequestDeleteRange(r),
+        KvRequest::RequestTxn(r) => Op::RequestTxn(r),
+        other => return Err(other),
+    })
+}
+
+fn kv_response(response: OpResponse) -> KvResponse {
+    match response {
+        OpResponse::ResponseRange(r) => KvResponse::ResponseRange(r),
+        OpResponse::ResponsePut(r) => KvResponse::ResponsePut(r),
+        OpResponse::ResponseDeleteRange(r) => KvResponse::ResponseDeleteRange(r),
+        OpResponse::ResponseTxn(r) => KvResponse::ResponseTxn(r),
+    }
+}
+
+fn encode(response: KvResponse) -> Vec<u8> {
+    Response { response: Some(response) }.encode_to_vec()
+}
+
 impl StateMachine for Kv {
     fn apply(entry: Entry) -> Result<Vec<u8>, ApplyError> {
-        let op = RequestOp::decode(entry.command.as_slice())
-            .map_err(|e| ApplyError::invalid(format!("malformed RequestOp: {e}")))?;
-        let request = op.request.ok_or_else(|| ApplyError::invalid("empty RequestOp"))?;
+        let request = decode(&entry.command).map_err(ApplyError::invalid)?;
         let mut rev = Revision::begin();
-        let response = ops::execute(&request, &mut rev).map_err(ApplyError::from)?;
+        let response = match etcd_op(request) {
+            Ok(op) => kv_response(ops::execute(&op, &mut rev)?),
+            Err(KvRequest::RequestCompaction(c)) => KvResponse::ResponseCompaction(history::compact(&c, &rev)?),
+            Err(_) => return Err(ApplyError::invalid("a query, not a command: send it as a query")),
+        };
+        history::remove_compacted_step(&rev);
         rev.commit();
-        Ok(ResponseOp { response: Some(response) }.encode_to_vec())
+        Ok(encode(response))
     }
 
     fn query(request: &[u8]) -> Result<Vec<u8>, QueryError> {
-        let op = RequestOp::decode(request)
-            .map_err(|e| QueryError::invalid(format!("malformed RequestOp: {e}")))?;
-        let request = op.request.ok_or_else(|| QueryError::invalid("empty RequestOp"))?;
-        if !ops::is_read_only(&request) {
-            return Err(QueryError::invalid("a query must not write: propose it instead"));
-        }
+        let request = decode(request).map_err(QueryError::invalid)?;
         let mut rev = Revision::begin();
-        let response = ops::execute(&request, &mut rev).map_err(QueryError::from)?;
-        Ok(ResponseOp { response: Some(response) }.encode_to_vec())
+        let response = match etcd_op(request) {
+            Ok(op) if !ops::is_read_only(&op) => {
+                return Err(QueryError::invalid("a query must not write: propose it instead"));
+            }
+            Ok(op) => kv_response(ops::execute(&op, &mut rev)?),
+            Err(KvRequest::RequestEvents(r)) => KvResponse::ResponseEvents(history::events(&r, &rev)),
+            Err(KvRequest::RequestHash(r)) => KvResponse::ResponseHash(history::hash(&r, &rev)?),
+            Err(_) => return Err(QueryError::invalid("a compaction writes: propose it instead")),
+        };
+        Ok(encode(response))
+    }
+
+    fn migrate(previous: &PluginInfo) -> Result<(), ApplyError> {
+        if previous.name == "wasmraft-kv" {
+            keyspace::start_history();
+        }
+        Ok(())
     }
 }
 

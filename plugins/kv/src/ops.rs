@@ -4,6 +4,7 @@ use prost::Message;
 use wasmraft_sdk::events;
 
 use crate::KvError;
+use crate::history;
 use crate::keyspace::{self, Revision};
 use crate::pb::etcdserverpb::{
     DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
@@ -45,19 +46,7 @@ pub(crate) fn range(r: &RangeRequest, rev: &Revision) -> Result<RangeResponse, K
     if r.key.is_empty() {
         return Err(KvError::Invalid(ERR_EMPTY_KEY));
     }
-    // Only the newest revision is kept: every older one counts as compacted.
-    if r.revision > 0 && r.revision < rev.base {
-        return Err(KvError::Rejected("etcdserver: mvcc: required revision has been compacted"));
-    }
-    if r.revision > rev.current() {
-        return Err(KvError::Rejected("etcdserver: mvcc: required revision is a future revision"));
-    }
-    let count = keyspace::count(&r.key, &r.range_end);
-    let mut resp = RangeResponse { header: header(rev), count, ..Default::default() };
-    if r.count_only {
-        return Ok(resp);
-    }
-
+    let revision = history::check_readable(r.revision, rev)?;
     let target = SortTarget::try_from(r.sort_target).unwrap_or(SortTarget::Key);
     let mut order = SortOrder::try_from(r.sort_order).unwrap_or(SortOrder::None);
     if order == SortOrder::None && target != SortTarget::Key {
@@ -68,17 +57,34 @@ pub(crate) fn range(r: &RangeRequest, rev: &Revision) -> Result<RangeResponse, K
         || r.min_create_revision != 0
         || r.max_create_revision != 0;
     let limit = u32::try_from(r.limit.max(0)).unwrap_or(u32::MAX);
+    let mut resp = RangeResponse { header: header(rev), ..Default::default() };
 
-    let mut kvs = if target == SortTarget::Key && !filtered {
-        // The store already orders by key: let it apply the limit, asking for
-        // one more to learn whether there is more.
-        let fetch = if limit == 0 { 0 } else { limit.saturating_add(1) };
-        keyspace::range(&r.key, &r.range_end, fetch, order == SortOrder::Descend)
-    } else {
-        let mut all = keyspace::range(&r.key, &r.range_end, 0, false);
+    let mut kvs = if revision != rev.current() {
+        // A past revision: the whole range from history, then as below.
+        let mut all = history::range_at(&r.key, &r.range_end, revision);
+        resp.count = all.len() as i64;
+        if r.count_only {
+            return Ok(resp);
+        }
         all.retain(|kv| passes_filters(r, kv));
         sort(&mut all, target, order);
         all
+    } else {
+        resp.count = keyspace::count(&r.key, &r.range_end);
+        if r.count_only {
+            return Ok(resp);
+        }
+        if target == SortTarget::Key && !filtered {
+            // The store already orders by key: let it apply the limit,
+            // asking for one more to learn whether there is more.
+            let fetch = if limit == 0 { 0 } else { limit.saturating_add(1) };
+            keyspace::range(&r.key, &r.range_end, fetch, order == SortOrder::Descend)
+        } else {
+            let mut all = keyspace::range(&r.key, &r.range_end, 0, false);
+            all.retain(|kv| passes_filters(r, kv));
+            sort(&mut all, target, order);
+            all
+        }
     };
     if limit > 0 && kvs.len() > limit as usize {
         kvs.truncate(limit as usize);
@@ -135,7 +141,7 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
         value,
         lease: 0,
     };
-    keyspace::put(&kv);
+    keyspace::put(&kv, rev);
     emit(EventType::Put, kv, prev.clone());
     Ok(PutResponse { header: header(rev), prev_kv: if r.prev_kv { prev } else { None } })
 }
@@ -151,7 +157,7 @@ pub(crate) fn delete_range(
     if !doomed.is_empty() {
         let revision = rev.write();
         for kv in &doomed {
-            keyspace::delete(&kv.key);
+            keyspace::delete(&kv.key, rev);
             let tombstone = KeyValue { key: kv.key.clone(), mod_revision: revision, ..Default::default() };
             emit(EventType::Delete, tombstone, Some(kv.clone()));
         }

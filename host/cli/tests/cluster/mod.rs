@@ -4,6 +4,8 @@
 // Each test binary uses part of the harness.
 #![allow(dead_code)]
 
+pub mod etcdctl;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader};

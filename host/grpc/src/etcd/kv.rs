@@ -7,8 +7,10 @@ use wasmraft_proto::etcdserverpb::kv_client::KvClient;
 use wasmraft_proto::etcdserverpb::kv_server::Kv;
 use wasmraft_proto::etcdserverpb::request_op::Request as Op;
 use wasmraft_proto::etcdserverpb::response_op::Response as OpResponse;
+use wasmraft_proto::kvplugin;
+use wasmraft_proto::kvplugin::response::Response as KvResponse;
 use wasmraft_proto::etcdserverpb::{
-    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
     ResponseOp, TxnRequest, TxnResponse,
 };
 
@@ -34,14 +36,14 @@ impl EtcdKv {
     /// Proposes `command` (a `RequestOp`, see [`request_op`]) and returns
     /// the plugin's answer. On a follower the caller's `forward` runs
     /// against the leader's KV service instead.
-    async fn write<T, F, Fut>(&self, command: Vec<u8>, was_forwarded: bool, forward: F) -> Result<Result<OpResponse, T>, Status>
+    async fn write<T, F, Fut>(&self, command: Vec<u8>, was_forwarded: bool, forward: F) -> Result<Result<Vec<u8>, T>, Status>
     where
         F: FnOnce(KvClient<tonic::transport::Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
         require_kv(&self.node)?;
         match self.node.propose(command).await {
-            Ok(answer) => decode(&answer).map(Ok),
+            Ok(answer) => Ok(Ok(answer)),
             Err(Error::NotLeader { leader: Some(leader) }) if leader.0 != self.node.id() && !was_forwarded => {
                 match self.forwarder.channel(leader.0) {
                     Some(channel) => {
@@ -68,11 +70,13 @@ impl EtcdKv {
 const OP_PUT: u32 = 2;
 const OP_DELETE_RANGE: u32 = 3;
 const OP_TXN: u32 = 4;
+/// The field of a compaction in the KV plugin's `kvplugin.Request`.
+pub(super) const OP_COMPACTION: u32 = 16;
 
 /// `RequestOp { request: Some(op) }` encoded from a borrowed request, where
 /// `field` is the op's field number: the same bytes without moving or
 /// copying the request, which a follower still needs to forward.
-fn request_op<M: prost::Message>(field: u32, request: &M) -> Vec<u8> {
+pub(super) fn request_op<M: prost::Message>(field: u32, request: &M) -> Vec<u8> {
     let mut buf = Vec::with_capacity(request.encoded_len() + 8);
     prost::encoding::message::encode(field, request, &mut buf);
     buf
@@ -83,6 +87,15 @@ fn decode(answer: &[u8]) -> Result<OpResponse, Status> {
         .ok()
         .and_then(|r| r.response)
         .ok_or_else(|| Status::internal("etcdserver: the KV plugin gave a malformed answer"))
+}
+
+/// Decodes the plugin's answer to a write; the leader's answer to a
+/// forwarded one passes through.
+fn decoded<T, L>(answer: Result<Vec<u8>, L>, decode: impl FnOnce(&[u8]) -> Result<T, Status>) -> Result<Result<T, L>, Status> {
+    match answer {
+        Ok(bytes) => decode(&bytes).map(Ok),
+        Err(leader) => Ok(Err(leader)),
+    }
 }
 
 fn unexpected() -> Status {
@@ -98,18 +111,27 @@ fn read_only(txn: &TxnRequest) -> bool {
     })
 }
 
+/// Fills in the header of a plugin's answer, or passes on the leader's.
+macro_rules! answer {
+    ($node:expr, $answer:expr, $variant:path) => {
+        match $answer {
+            Ok($variant(mut resp)) => {
+                resp.header = header($node, resp.header);
+                Ok(Response::new(resp))
+            }
+            Ok(_) => Err(unexpected()),
+            Err(leader) => Ok(leader),
+        }
+    };
+}
+
 #[tonic::async_trait]
 impl Kv for EtcdKv {
     async fn range(&self, request: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         let r = request.into_inner();
         let consistency = if r.serializable { Consistency::Eventual } else { Consistency::Linearizable };
-        match self.read(Op::RequestRange(r), consistency).await? {
-            OpResponse::ResponseRange(mut resp) => {
-                resp.header = header(&self.node, resp.header);
-                Ok(Response::new(resp))
-            }
-            _ => Err(unexpected()),
-        }
+        let answer: Result<_, Response<RangeResponse>> = Ok(self.read(Op::RequestRange(r), consistency).await?);
+        answer!(&self.node, answer, OpResponse::ResponseRange)
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
@@ -121,14 +143,8 @@ impl Kv for EtcdKv {
             ));
         }
         let command = request_op(OP_PUT, &r);
-        match self.write(command, was_forwarded, |mut c| async move { c.put(forwarded(r)).await }).await? {
-            Ok(OpResponse::ResponsePut(mut resp)) => {
-                resp.header = header(&self.node, resp.header);
-                Ok(Response::new(resp))
-            }
-            Ok(_) => Err(unexpected()),
-            Err(leader) => Ok(leader),
-        }
+        let answer = self.write(command, was_forwarded, |mut c| async move { c.put(forwarded(r)).await }).await?;
+        answer!(&self.node, decoded(answer, decode)?, OpResponse::ResponsePut)
     }
 
     async fn delete_range(
@@ -141,14 +157,7 @@ impl Kv for EtcdKv {
         let answer = self
             .write(command, was_forwarded, |mut c| async move { c.delete_range(forwarded(r)).await })
             .await?;
-        match answer {
-            Ok(OpResponse::ResponseDeleteRange(mut resp)) => {
-                resp.header = header(&self.node, resp.header);
-                Ok(Response::new(resp))
-            }
-            Ok(_) => Err(unexpected()),
-            Err(leader) => Ok(leader),
-        }
+        answer!(&self.node, decoded(answer, decode)?, OpResponse::ResponseDeleteRange)
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
@@ -158,16 +167,19 @@ impl Kv for EtcdKv {
             Ok(self.read(Op::RequestTxn(r), Consistency::Linearizable).await?)
         } else {
             let command = request_op(OP_TXN, &r);
-            self.write(command, was_forwarded, |mut c| async move { c.txn(forwarded(r)).await }).await?
+            let answer = self.write(command, was_forwarded, |mut c| async move { c.txn(forwarded(r)).await }).await?;
+            decoded(answer, decode)?
         };
-        match answer {
-            Ok(OpResponse::ResponseTxn(mut resp)) => {
-                resp.header = header(&self.node, resp.header);
-                Ok(Response::new(resp))
-            }
-            Ok(_) => Err(unexpected()),
-            Err(leader) => Ok(leader),
-        }
+        answer!(&self.node, answer, OpResponse::ResponseTxn)
+    }
+
+    async fn compact(&self, request: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+        let was_forwarded = is_forwarded(&request);
+        let r = request.into_inner();
+        let command = request_op(OP_COMPACTION, &r);
+        let answer = self.write(command, was_forwarded, |mut c| async move { c.compact(forwarded(r)).await }).await?;
+        let decode_kv = |a: &[u8]| kvplugin::Response::decode(a).ok().and_then(|r| r.response).ok_or_else(unexpected);
+        answer!(&self.node, decoded(answer, decode_kv)?, KvResponse::ResponseCompaction)
     }
 }
 

@@ -1,6 +1,6 @@
 //! `etcdserverpb.Cluster` (MemberList) and `etcdserverpb.Maintenance`
-//! (Alarm, Status): what `etcdctl member list`, `endpoint status` and
-//! `endpoint health` ask.
+//! (Alarm, Status, HashKV): what `etcdctl member list`, `endpoint status`,
+//! `endpoint health` and `endpoint hashkv` ask.
 
 use tonic::{Request, Response, Status};
 use wasmraft_node::Node;
@@ -8,11 +8,15 @@ use wasmraft_proto::etcdserverpb::alarm_request::AlarmAction;
 use wasmraft_proto::etcdserverpb::cluster_server::Cluster;
 use wasmraft_proto::etcdserverpb::maintenance_server::Maintenance;
 use wasmraft_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, Member, MemberListRequest, MemberListResponse, ResponseHeader, StatusRequest,
+    AlarmRequest, AlarmResponse, HashKvRequest, HashKvResponse, Member, MemberListRequest, MemberListResponse, ResponseHeader, StatusRequest,
     StatusResponse,
 };
 
-use super::{current_revision, header, require_kv};
+use wasmraft_proto::kvplugin::HashRequest;
+use wasmraft_proto::kvplugin::request::Request as KvRequest;
+use wasmraft_proto::kvplugin::response::Response as KvResponse;
+
+use super::{current_revision, header, plugin_query, require_kv};
 use crate::forward::Forwarder;
 
 /// The etcd API level these services answer as: what `Status.version`
@@ -101,5 +105,34 @@ impl Maintenance for EtcdMaintenance {
             db_size_quota: 0,
             downgrade_info: None,
         }))
+    }
+
+    /// The KV plugin hashes the keyspace as of the revision in pages of
+    /// bounded work; all pages read the same revision, so later writes do
+    /// not change the answer, and members that applied it agree.
+    async fn hash_kv(&self, request: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        require_kv(&self.node)?;
+        let mut page = HashRequest { revision: request.into_inner().revision, ..Default::default() };
+        loop {
+            let answer = match plugin_query(&self.node, KvRequest::RequestHash(page.clone())).await? {
+                KvResponse::ResponseHash(answer) => answer,
+                _ => return Err(Status::internal("etcdserver: the KV plugin answered a hash query with something else")),
+            };
+            let revision = answer.header.as_ref().map_or(0, |h| h.revision);
+            if page.revision <= 0 {
+                page.revision = revision;
+            }
+            if answer.last_key.is_empty() {
+                let header = header(&self.node, Some(ResponseHeader { revision, ..Default::default() }));
+                return Ok(Response::new(HashKvResponse {
+                    header,
+                    hash: answer.crc,
+                    compact_revision: answer.compact_revision,
+                    hash_revision: page.revision,
+                }));
+            }
+            page.after = answer.last_key;
+            page.crc = answer.crc;
+        }
     }
 }

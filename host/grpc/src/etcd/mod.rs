@@ -7,11 +7,13 @@
 //! with etcd's gRPC codes and texts, which clients' retry and failover
 //! logic depend on.
 
+pub(crate) mod compactor;
 mod kv;
 mod lease;
 mod maintenance;
 mod watch;
 
+pub use compactor::AutoCompaction;
 pub use kv::EtcdKv;
 pub use lease::EtcdLease;
 pub use maintenance::{ETCD_API_VERSION, EtcdMaintenance};
@@ -23,6 +25,9 @@ use wasmraft_node::{Consistency, Error, Node};
 use wasmraft_proto::etcdserverpb::request_op::Request as Op;
 use wasmraft_proto::etcdserverpb::response_op::Response as OpResponse;
 use wasmraft_proto::etcdserverpb::{RangeRequest, RequestOp, ResponseHeader, ResponseOp};
+use wasmraft_proto::kvplugin;
+use wasmraft_proto::kvplugin::request::Request as KvRequest;
+use wasmraft_proto::kvplugin::response::Response as KvResponse;
 
 /// The name the KV plugin reports; the etcd API serves no other plugin.
 const KV_PLUGIN_NAME: &str = "wasmraft-kv";
@@ -62,6 +67,17 @@ async fn current_revision(node: &Node) -> Result<i64, Status> {
         Some(OpResponse::ResponseRange(r)) => Ok(r.header.map_or(0, |h| h.revision)),
         _ => Err(Status::internal("etcdserver: the KV plugin gave a malformed answer")),
     }
+}
+
+/// Asks the KV plugin one of its own queries (history, hashes) against
+/// this node's state.
+async fn plugin_query(node: &Node, request: KvRequest) -> Result<KvResponse, Status> {
+    let query = kvplugin::Request { request: Some(request) };
+    let answer = node.query(query.encode_to_vec(), Consistency::Eventual).await.map_err(etcd_status)?;
+    kvplugin::Response::decode(answer.as_slice())
+        .ok()
+        .and_then(|r| r.response)
+        .ok_or_else(|| Status::internal("etcdserver: the KV plugin gave a malformed answer"))
 }
 
 /// A node error as etcd's server would answer it (`rpctypes` in etcd's

@@ -2,11 +2,12 @@
 //! the events the KV plugin emits as this node applies entries (an
 //! `mvccpb.Event` per changed key).
 //!
-//! Differences from etcd, while the KV plugin keeps only the newest
-//! revision: a watch can start at the next revision, not before (a start
-//! at or below the current revision is cancelled as compacted, with
-//! `compact_revision` the next revision, from which a client may watch
-//! again); `progress_notify` and `fragment` are accepted and not acted on.
+//! A watch that starts at a past revision first replays the changes since
+//! then from the history the KV plugin keeps, page by page, and then
+//! follows the live events from the revision after the last page's state,
+//! so that no revision is missed or sent twice. A start below the
+//! compacted revision is cancelled with `compact_revision`, as etcd does.
+//! `progress_notify` and `fragment` are accepted and not acted on.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -22,7 +23,11 @@ use wasmraft_proto::etcdserverpb::watch_server::Watch;
 use wasmraft_proto::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
 use wasmraft_proto::mvccpb::{Event, event::EventType};
 
-use super::{current_revision, header, require_kv};
+use wasmraft_proto::kvplugin::{EventsRequest, EventsResponse};
+use wasmraft_proto::kvplugin::request::Request as KvRequest;
+use wasmraft_proto::kvplugin::response::Response as KvResponse;
+
+use super::{current_revision, header, plugin_query, require_kv};
 
 /// The stream of answers on one watch stream.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
@@ -126,7 +131,10 @@ async fn serve(node: Node, mut requests: Streaming<WatchRequest>, tx: mpsc::Send
                                 return;
                             }
                         };
-                        create(&mut watchers, &mut next_id, &c, revision)
+                        match create(&node, &tx, &mut watchers, &mut next_id, &c, &mut revision).await {
+                            Ok(()) => continue,
+                            Err(()) => return,
+                        }
                     }
                     Some(RequestUnion::CancelRequest(c)) => {
                         watchers.remove(&c.watch_id);
@@ -185,8 +193,21 @@ async fn serve(node: Node, mut requests: Streaming<WatchRequest>, tx: mpsc::Send
     }
 }
 
-/// Adds a watcher for `c` if it can be served, and the answer etcd gives.
-fn create(watchers: &mut BTreeMap<i64, Watcher>, next_id: &mut i64, c: &WatchCreateRequest, current: i64) -> WatchResponse {
+/// Adds a watcher for `c`: answers its creation, replays the history
+/// from its start revision if that is past, and registers it for the live
+/// events after that. `Err` when the stream is gone.
+async fn create(
+    node: &Node,
+    tx: &mpsc::Sender<Result<WatchResponse, Status>>,
+    watchers: &mut BTreeMap<i64, Watcher>,
+    next_id: &mut i64,
+    c: &WatchCreateRequest,
+    revision: &mut i64,
+) -> Result<(), ()> {
+    let send = |r: WatchResponse, revision: i64| {
+        let header = header(node, Some(ResponseHeader { revision, ..Default::default() }));
+        tx.send(Ok(WatchResponse { header, ..r }))
+    };
     let id = if c.watch_id != 0 {
         c.watch_id
     } else {
@@ -195,27 +216,71 @@ fn create(watchers: &mut BTreeMap<i64, Watcher>, next_id: &mut i64, c: &WatchCre
         }
         *next_id
     };
+    let created = WatchResponse { watch_id: id, created: true, ..Default::default() };
     if watchers.contains_key(&id) {
-        return WatchResponse {
-            watch_id: id,
-            created: true,
+        let reply = WatchResponse {
             canceled: true,
             cancel_reason: "mvcc: duplicate watch ID provided on the WatchStream".into(),
-            ..Default::default()
+            ..created
         };
+        return send(reply, *revision).await.map_err(drop);
     }
-    if c.start_revision != 0 && c.start_revision <= current {
-        // Only the newest revision is kept: events before it are gone.
-        return WatchResponse {
-            watch_id: id,
-            created: true,
-            canceled: true,
-            compact_revision: current + 1,
-            cancel_reason: "mvcc: required revision has been compacted".into(),
-            ..Default::default()
+    if c.start_revision == 0 || c.start_revision > *revision {
+        let start = if c.start_revision == 0 { *revision + 1 } else { c.start_revision };
+        watchers.insert(id, Watcher::new(c, start));
+        return send(created, *revision).await.map_err(drop);
+    }
+
+    // A past start: the history first, page by page.
+    let watcher = Watcher::new(c, c.start_revision);
+    let mut page = EventsRequest {
+        key: c.key.clone(),
+        range_end: c.range_end.clone(),
+        start_revision: c.start_revision,
+        prev_kv: c.prev_kv,
+        limit: 0,
+    };
+    let mut announced = false;
+    loop {
+        let answer = match events_since(node, &page).await {
+            Ok(answer) => answer,
+            Err(status) => {
+                let _ = tx.send(Err(status)).await;
+                return Err(());
+            }
         };
+        *revision = (*revision).max(answer.header.map_or(0, |h| h.revision));
+        if answer.compact_revision > 0 {
+            let reply = WatchResponse {
+                canceled: true,
+                compact_revision: answer.compact_revision,
+                cancel_reason: "mvcc: required revision has been compacted".into(),
+                ..created
+            };
+            return send(reply, *revision).await.map_err(drop);
+        }
+        if !announced {
+            send(created.clone(), *revision).await.map_err(drop)?;
+            announced = true;
+        }
+        let events: Vec<Event> = answer.events.iter().filter_map(|e| watcher.wants(e)).collect();
+        if !events.is_empty() {
+            send(WatchResponse { watch_id: id, events, ..Default::default() }, *revision).await.map_err(drop)?;
+        }
+        if !answer.more {
+            // Live events take over after the state the last page read.
+            let through = answer.header.map_or(*revision, |h| h.revision);
+            watchers.insert(id, Watcher { start: through + 1, ..watcher });
+            return Ok(());
+        }
+        page.start_revision = answer.next_revision;
     }
-    let start = if c.start_revision == 0 { current + 1 } else { c.start_revision };
-    watchers.insert(id, Watcher::new(c, start));
-    WatchResponse { watch_id: id, created: true, ..Default::default() }
+}
+
+/// One page of the changes the KV plugin kept, from this node's state.
+async fn events_since(node: &Node, request: &EventsRequest) -> Result<EventsResponse, Status> {
+    match plugin_query(node, KvRequest::RequestEvents(request.clone())).await? {
+        KvResponse::ResponseEvents(events) => Ok(events),
+        _ => Err(Status::internal("etcdserver: the KV plugin answered a history query with something else")),
+    }
 }

@@ -1,9 +1,12 @@
 //! A native Rust twin of the KV plugin's put path, for the Wasm-tax bench.
 //!
 //! Same keyspace layout and encoding as `plugins/kv` (`keyspace.rs`,
-//! `ops.rs`): `\x00rev` holds the revision (u64 big-endian, etcd starts at 1),
-//! user key `k` lives at `\x01k` as an `mvccpb.KeyValue` without its key, and
-//! each put emits an `mvccpb.Event`. Only puts are implemented; anything else
+//! `ops.rs`, `history.rs`): `\x00rev` holds the revision (u64 big-endian,
+//! etcd starts at 1), user key `k` lives at `\x01k` as an `mvccpb.KeyValue`
+//! without its key, its version at revision `r` at `\x03 esc(k) r`, the
+//! revision log records `k` at `\x02 r sub`, every 16th revision reads the
+//! compacted revision (no compaction runs in the bench), and each put emits
+//! an `mvccpb.Event`. Only puts are implemented; anything else
 //! is refused, so the bench cannot silently compare different work.
 
 use std::collections::BTreeMap;
@@ -16,7 +19,10 @@ use wasmraft_proto::mvccpb::{Event, KeyValue, event::EventType};
 use wasmraft_runtime::{ApplyBatch, EntryError, EntryEvent, EntryInput, Fatal, StateView, Write};
 
 const REVISION_KEY: &[u8] = b"\x00rev";
+const COMPACT_KEY: &[u8] = b"\x00compact";
 const DATA_PREFIX: u8 = 0x01;
+const LOG_PREFIX: u8 = 0x02;
+const HISTORY_PREFIX: u8 = 0x03;
 const INITIAL_REVISION: i64 = 1;
 const ERR_EMPTY_KEY: &str = "etcdserver: key is not provided";
 
@@ -49,6 +55,27 @@ fn data_key(key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(key.len() + 1);
     k.push(DATA_PREFIX);
     k.extend_from_slice(key);
+    k
+}
+
+fn history_key(key: &[u8], revision: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 12);
+    k.push(HISTORY_PREFIX);
+    for &b in key {
+        k.push(b);
+        if b == 0 {
+            k.push(0xff);
+        }
+    }
+    k.extend_from_slice(&[0, 1]);
+    k.extend_from_slice(&(revision as u64).to_be_bytes());
+    k
+}
+
+fn log_key(revision: i64) -> Vec<u8> {
+    let mut k = vec![LOG_PREFIX];
+    k.extend_from_slice(&(revision as u64).to_be_bytes());
+    k.extend_from_slice(&0u32.to_be_bytes());
     k
 }
 
@@ -112,8 +139,13 @@ fn put(batch: &mut Batch<'_>, entry: &EntryInput, events: &mut Vec<EntryEvent>) 
         value,
         lease: 0,
     };
-    let stored = KeyValue { key: Vec::new(), ..kv.clone() };
-    batch.put(data_key(&kv.key), stored.encode_to_vec());
+    let stored = KeyValue { key: Vec::new(), ..kv.clone() }.encode_to_vec();
+    batch.put(log_key(revision), kv.key.clone());
+    batch.put(data_key(&kv.key), stored.clone());
+    batch.put(history_key(&kv.key, revision), stored);
+    if revision % 16 == 0 && batch.get(COMPACT_KEY)?.is_some() {
+        return Err(Fatal("the native bench KV does not compact".into()));
+    }
     let key = kv.key.clone();
     let event = Event { r#type: EventType::Put as i32, kv: Some(kv), prev_kv: prev.clone() };
     events.push(EntryEvent { index: entry.index, key, payload: event.encode_to_vec() });

@@ -1,0 +1,143 @@
+//! The KV plugin's history through etcd's API, driven by etcdctl against
+//! three `wasmraft run` processes: reads at past revisions, watches that
+//! replay history from a revision, compaction (by a client and
+//! automatically) and keyspace hashes that agree across members.
+
+mod cluster;
+
+use std::time::Duration;
+
+use cluster::etcdctl::*;
+use cluster::*;
+
+/// The header revision in etcdctl's JSON output.
+fn revision(json: &str) -> i64 {
+    let at = json.find("\"revision\":").unwrap_or_else(|| panic!("no revision in {json}")) + "\"revision\":".len();
+    json[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+}
+
+fn put(endpoints: &str, key: &str, value: &str) -> i64 {
+    revision(&ok(endpoints, &["put", key, value, "-w", "json"]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_reads_the_past_replays_watches_and_compacts() {
+    let _serial = serial();
+    let cluster = Cluster::start_with(3, "").await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
+    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let at_follower = cluster.addr(follower).to_string();
+
+    // Four revisions of one key: v1, v2, deleted, v3.
+    let r1 = put(&all, "k", "v1");
+    let r2 = put(&at_follower, "k", "v2");
+    let r3 = revision(&ok(&all, &["del", "k", "-w", "json"]));
+    let r4 = put(&all, "k", "v3");
+    assert_eq!((r2, r3, r4), (r1 + 1, r1 + 2, r1 + 3));
+
+    // Reads at each revision, linearizable and serializable, on any member.
+    for endpoint in [all.as_str(), at_follower.as_str()] {
+        assert_eq!(ok(endpoint, &["get", "k", &format!("--rev={r1}")]), "k\nv1\n");
+        assert_eq!(ok(endpoint, &["get", "k", &format!("--rev={r2}"), "--consistency=s"]), "k\nv2\n");
+        assert_eq!(ok(endpoint, &["get", "k", &format!("--rev={r3}")]), "");
+        assert_eq!(ok(endpoint, &["get", "k", &format!("--rev={r4}")]), "k\nv3\n");
+    }
+    let json = ok(&all, &["get", "k", &format!("--rev={r2}"), "-w", "json"]);
+    assert!(json.contains(&format!("\"mod_revision\":{r2}")) && json.contains("\"version\":2"), "{json}");
+    assert_eq!(revision(&json), r4, "the header names the current revision");
+    let (success, _, err) = etcdctl(&all, &["get", "k", &format!("--rev={}", r4 + 1000)], None);
+    assert!(!success && err.contains("etcdserver: mvcc: required revision is a future revision"), "{err}");
+
+    // A watch from r1, through a follower: every change since, in order,
+    // then the live ones, none twice.
+    let watch = Watch::start(&at_follower, &["k", &format!("--rev={r1}"), "--prev-kv"]);
+    watch.wait_for(Duration::from_secs(20), |l| l.iter().filter(|l| *l == "PUT" || *l == "DELETE").count() >= 4).await;
+    let r5 = put(&all, "k", "v4");
+    watch.wait_for(Duration::from_secs(20), |l| l.iter().any(|l| l == "v4")).await;
+    let lines = watch.stop();
+    assert_eq!(
+        lines.join("\n"),
+        ["PUT", "k", "v1", "PUT", "k", "v1", "k", "v2", "DELETE", "k", "v2", "k", "", "PUT", "k", "v3", "PUT", "k", "v3", "k", "v4"]
+            .join("\n")
+    );
+
+    // Compaction: older revisions are gone, the compacted one and newer
+    // ones read as before, on every member.
+    assert_eq!(ok(&all, &["compaction", &r3.to_string()]), format!("compacted revision {r3}\n"));
+    for id in cluster.ids() {
+        let endpoint = cluster.addr(id).to_string();
+        let (success, _, err) = etcdctl(&endpoint, &["get", "k", &format!("--rev={r2}"), "--consistency=s"], None);
+        // A member may not have applied the compaction yet: wait for it.
+        if success {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while etcdctl(&endpoint, &["get", "k", &format!("--rev={r2}"), "--consistency=s"], None).0 {
+                assert!(std::time::Instant::now() < deadline, "node {id} never applied the compaction");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            assert!(err.contains("etcdserver: mvcc: required revision has been compacted"), "{err}");
+        }
+        assert_eq!(ok(&endpoint, &["get", "k", &format!("--rev={r3}")]), "");
+        assert_eq!(ok(&endpoint, &["get", "k", &format!("--rev={r4}")]), "k\nv3\n");
+    }
+    let (success, _, err) = etcdctl(&all, &["compaction", &r2.to_string()], None);
+    assert!(!success && err.contains("required revision has been compacted"), "{err}");
+    let (success, out, err) = etcdctl(&all, &["watch", "k", &format!("--rev={r2}")], None);
+    assert!(!success && format!("{out}{err}").contains("required revision has been compacted"), "{out}{err}");
+    let watch = Watch::start(&all, &["k", &format!("--rev={r3}")]);
+    watch.wait_for(Duration::from_secs(20), |l| l.iter().any(|l| l == "v4")).await;
+    assert_eq!(watch.stop().join("\n"), ["DELETE", "k", "", "PUT", "k", "v3", "PUT", "k", "v4"].join("\n"));
+
+    // Hashes of one revision agree across members (each answers once it
+    // has applied the revision), and differ from another revision's.
+    let hashes = |rev: i64| {
+        let mut hashes = Vec::new();
+        for id in cluster.ids() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let out = loop {
+                let (success, out, err) = etcdctl(&cluster.addr(id).to_string(), &["endpoint", "hashkv", &format!("--rev={rev}")], None);
+                if success {
+                    break out;
+                }
+                assert!(err.contains("future revision") && std::time::Instant::now() < deadline, "node {id}: {err}");
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            // "ENDPOINT, HASH[, more columns]"
+            let hash = out.trim().split(", ").nth(1).unwrap_or_default().to_string();
+            assert!(hash.parse::<u32>().is_ok(), "{out}");
+            hashes.push(hash);
+        }
+        hashes
+    };
+    let at_r5 = hashes(r5);
+    assert!(at_r5.iter().all(|h| *h == at_r5[0]), "{at_r5:?}");
+    put(&all, "k", "v5");
+    put(&all, "other", "x");
+    assert_eq!(hashes(r5), at_r5, "later writes do not change the hash of r5");
+    assert_ne!(hashes(r4)[0], at_r5[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_auto_compaction_discards_revisions_older_than_the_retention() {
+    let _serial = serial();
+    let cluster = Cluster::start_with(3, "[etcd]\nauto_compaction_mode = \"periodic\"\nauto_compaction_retention = \"1s\"").await;
+    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let first = put(&all, "k", "old");
+    // The leader compacts at the revision it saw a retention ago: keep
+    // writing until the first revision is gone (bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = first;
+    loop {
+        let (success, _, err) = etcdctl(&all, &["get", "k", &format!("--rev={first}")], None);
+        if !success {
+            assert!(err.contains("required revision has been compacted"), "{err}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "revision {first} was never compacted");
+        last = put(&all, "k", "new");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The newest revision always stays readable.
+    assert_eq!(ok(&all, &["get", "k", &format!("--rev={last}")]), "k\nnew\n");
+}

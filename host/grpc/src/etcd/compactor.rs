@@ -1,0 +1,141 @@
+//! Auto-compaction of the KV plugin's history, as etcd's
+//! `--auto-compaction-mode` and `--auto-compaction-retention` define it.
+//! Only the leader compacts, by proposing a compaction through the log like
+//! any client's `Compact`; a new leader starts sampling afresh, so it never
+//! compacts more than the retention asks.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use wasmraft_node::{Error, Node};
+use wasmraft_proto::etcdserverpb::CompactionRequest;
+
+use super::{current_revision, require_kv};
+
+/// How much history the KV plugin keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoCompaction {
+    /// Keep the revisions of the last `retention`: every tenth of it, the
+    /// leader compacts at the revision there was `retention` ago.
+    Periodic(Duration),
+    /// Keep the last `retention` revisions, checked every five minutes.
+    Revision(i64),
+}
+
+/// How often the revision mode checks, as etcd does.
+const REVISION_CHECK: Duration = Duration::from_secs(300);
+
+impl AutoCompaction {
+    /// etcd's settings: mode `periodic` with a retention such as `1h`,
+    /// `30m` or `90s` (a bare number is hours, as in etcd), or mode
+    /// `revision` with a count. A retention of 0 turns it off.
+    pub fn parse(mode: &str, retention: &str) -> Result<Option<Self>, String> {
+        let retention = retention.trim();
+        match mode {
+            "periodic" => {
+                let (number, unit) = match retention.find(|c: char| !c.is_ascii_digit()) {
+                    Some(i) => retention.split_at(i),
+                    None => (retention, "h"),
+                };
+                let n: u64 = number.parse().map_err(|_| bad_retention(retention))?;
+                let seconds = match unit {
+                    "s" => n,
+                    "m" => n * 60,
+                    "h" => n * 3600,
+                    _ => return Err(bad_retention(retention)),
+                };
+                Ok((seconds > 0).then(|| Self::Periodic(Duration::from_secs(seconds))))
+            }
+            "revision" => {
+                let n: i64 = retention
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 0)
+                    .ok_or_else(|| format!("auto_compaction_retention {retention:?}: the revision mode needs a count such as 10000"))?;
+                Ok((n > 0).then_some(Self::Revision(n)))
+            }
+            other => Err(format!("auto_compaction_mode {other:?}: expected \"periodic\" or \"revision\"")),
+        }
+    }
+
+    fn interval(self) -> Duration {
+        match self {
+            Self::Periodic(retention) => (retention / 10).max(Duration::from_millis(100)),
+            Self::Revision(_) => REVISION_CHECK,
+        }
+    }
+}
+
+fn bad_retention(retention: &str) -> String {
+    format!("auto_compaction_retention {retention:?}: expected a duration such as 1h, 30m or 90s, or 0 for none")
+}
+
+/// Compacts `node`'s history by `policy` while it leads, until `stop`.
+pub(crate) async fn run(node: Node, policy: AutoCompaction, mut stop: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(policy.interval());
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut samples: VecDeque<(Instant, i64)> = VecDeque::new();
+    let mut compacted = 0i64;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if node.status().leader.map(|l| l.0) != Some(node.id()) || require_kv(&node).is_err() {
+            samples.clear();
+            continue;
+        }
+        let Ok(current) = current_revision(&node).await else { continue };
+        let target = match policy {
+            AutoCompaction::Periodic(retention) => {
+                let now = Instant::now();
+                samples.push_back((now, current));
+                let mut target = None;
+                while let Some(&(at, revision)) = samples.front() {
+                    if now.duration_since(at) < retention {
+                        break;
+                    }
+                    target = Some(revision);
+                    samples.pop_front();
+                }
+                target
+            }
+            AutoCompaction::Revision(keep) => Some(current - keep),
+        };
+        let Some(target) = target.filter(|t| *t > compacted.max(1)) else { continue };
+        match compact(&node, target).await {
+            Ok(()) => {
+                compacted = target;
+                tracing::info!(revision = target, ?policy, "auto-compaction: compacted the KV history");
+            }
+            Err(Error::Rejected(m)) if m.contains("compacted") => compacted = target,
+            Err(e) => tracing::warn!(revision = target, error = %e, "auto-compaction failed; trying again later"),
+        }
+    }
+}
+
+async fn compact(node: &Node, revision: i64) -> Result<(), Error> {
+    let request = CompactionRequest { revision, physical: false };
+    node.propose(super::kv::request_op(super::kv::OP_COMPACTION, &request)).await.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_as_etcd_reads_them() {
+        let p = |m, r| AutoCompaction::parse(m, r);
+        assert_eq!(p("periodic", "1h"), Ok(Some(AutoCompaction::Periodic(Duration::from_secs(3600)))));
+        assert_eq!(p("periodic", "72"), Ok(Some(AutoCompaction::Periodic(Duration::from_secs(72 * 3600)))));
+        assert_eq!(p("periodic", "30m"), Ok(Some(AutoCompaction::Periodic(Duration::from_secs(1800)))));
+        assert_eq!(p("periodic", "2s"), Ok(Some(AutoCompaction::Periodic(Duration::from_secs(2)))));
+        assert_eq!(p("periodic", "0"), Ok(None));
+        assert_eq!(p("revision", "1000"), Ok(Some(AutoCompaction::Revision(1000))));
+        assert_eq!(p("revision", "0"), Ok(None));
+        assert!(p("periodic", "1d").unwrap_err().contains("expected a duration"));
+        assert!(p("revision", "1h").unwrap_err().contains("needs a count"));
+        assert!(p("hourly", "1h").unwrap_err().contains("expected \"periodic\" or \"revision\""));
+    }
+}
