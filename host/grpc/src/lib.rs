@@ -126,7 +126,7 @@ pub async fn serve(
         )
         .add_service(WatchServer::new(etcd::EtcdWatch::new(serving.node.clone())))
         .add_service(LeaseServer::new(etcd::EtcdLease))
-        .add_service(ClusterServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder.clone())))
+        .add_service(ClusterServer::new(etcd::EtcdCluster::new(serving.node.clone(), forwarder.clone())))
         .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder)));
     let peer_router = tonic::transport::Server::builder().add_service(
         RaftServer::new(RaftService::new(

@@ -690,6 +690,14 @@ impl Node {
             .await
     }
 
+    /// Records a new peer address for member `id` through the log, so that
+    /// every member reaches it there. Leader only.
+    pub async fn set_address(&self, id: u64, address: &str) -> Result<(), Error> {
+        self.propose_system(crate::system::SystemCommand::SetAddress { id, address: address.to_string() })
+            .await
+            .map(drop)
+    }
+
     /// Makes learner `id` a voter (through a joint configuration). Leader only.
     pub async fn promote(&self, id: u64) -> Result<(), Error> {
         self.change_membership(MembershipChange::AddVoter(NodeId(id)))
@@ -812,6 +820,15 @@ impl Node {
     /// and those live in its current version.
     pub fn storage_bytes(&self) -> (u64, u64) {
         self.inner.storage.size_bytes()
+    }
+
+    /// Compacts this node's store on disk (etcd's defragment), on a
+    /// blocking thread; the node serves meanwhile.
+    pub async fn compact_storage(&self) -> Result<(), Error> {
+        let storage = self.inner.storage.clone();
+        tokio::task::spawn_blocking(move || storage.compact_files())
+            .await
+            .map_err(|e| Error::Fatal(format!("storage compaction panicked: {e}")))
     }
 
     /// Hands a Raft message from a peer to this node. Never blocks; the

@@ -35,6 +35,16 @@ pub fn election_timeout() -> Duration {
     Duration::from_millis(TICK_MS * ELECTION_TICKS)
 }
 
+/// A child process killed when dropped.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The tests share two cores; one cluster at a time keeps elections honest.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -212,6 +222,29 @@ impl Cluster {
     /// A client of `endpoints`, over TLS (as the admin) when it is on.
     pub fn client(&self, endpoints: impl IntoIterator<Item = String>) -> Client {
         Client::with_tls(endpoints, self.client_tls()).unwrap()
+    }
+
+    /// A `wasmraft run` process for a new node `id` that joins this
+    /// cluster (same timing, data in `dir`), killed when dropped; with its
+    /// client and peer addresses.
+    pub fn spawn_joining(&self, id: u64, dir: &Path) -> (ChildGuard, String, String) {
+        let addrs = free_addrs(2);
+        let (addr, peer_addr) = (addrs[0].clone(), addrs[1].clone());
+        let mut peers: String = self.peer_addrs.iter().map(|(i, a)| format!("{i} = \"{a}\"\n")).collect();
+        peers.push_str(&format!("{id} = \"{peer_addr}\"\n"));
+        let config = dir.join(format!("n{id}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\npeer_listen = \"{peer_addr}\"\njoin = true\n\n[peers]\n{peers}\n\
+                 [raft]\ntick_ms = {TICK_MS}\nelection_ticks = {ELECTION_TICKS}\nheartbeat_ticks = 1\n",
+                dir.join(format!("n{id}")).display()
+            ),
+        )
+        .unwrap();
+        let log = File::create(dir.join(format!("n{id}.log"))).unwrap();
+        let child = Command::new(BIN).args(["run", "--config"]).arg(&config).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+        (ChildGuard(child), addr, peer_addr)
     }
 
     /// Node `id`'s peer (Raft) address.

@@ -1,30 +1,29 @@
-//! `etcdserverpb.Cluster` (MemberList) and `etcdserverpb.Maintenance`
-//! (Alarm, Status, HashKV): what `etcdctl member list`, `endpoint status`,
-//! `endpoint health` and `endpoint hashkv` ask.
+//! `etcdserverpb.Maintenance` (Alarm, Status, HashKV, Defragment,
+//! MoveLeader): what `etcdctl endpoint status`, `endpoint health`,
+//! `endpoint hashkv`, `defrag` and `move-leader` ask.
 
 use tonic::{Request, Response, Status};
 use wasmraft_node::Node;
 use wasmraft_proto::etcdserverpb::alarm_request::AlarmAction;
-use wasmraft_proto::etcdserverpb::cluster_server::Cluster;
+use wasmraft_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use wasmraft_proto::etcdserverpb::maintenance_server::Maintenance;
 use wasmraft_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, HashKvRequest, HashKvResponse, Member, MemberListRequest, MemberListResponse, ResponseHeader, StatusRequest,
-    StatusResponse,
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, HashKvRequest, HashKvResponse,
+    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
 };
 
 use wasmraft_proto::kvplugin::HashRequest;
 use wasmraft_proto::kvplugin::request::Request as KvRequest;
 use wasmraft_proto::kvplugin::response::Response as KvResponse;
 
-use super::{current_revision, header, plugin_query, require_kv};
+use super::{current_revision, etcd_status, header, plugin_query, require_kv};
 use crate::forward::Forwarder;
 
 /// The etcd API level these services answer as: what `Status.version`
 /// reports, so that clients that check it find the features they use.
 pub const ETCD_API_VERSION: &str = "3.6.0";
 
-/// The `etcdserverpb.Cluster` and `etcdserverpb.Maintenance` services of
-/// one node.
+/// The `etcdserverpb.Maintenance` service of one node.
 #[derive(Clone, Debug)]
 pub struct EtcdMaintenance {
     node: Node,
@@ -32,40 +31,10 @@ pub struct EtcdMaintenance {
 }
 
 impl EtcdMaintenance {
-    /// Serves `node`; member addresses come from `forwarder`.
+    /// Serves `node`; a leader transfer asked of a follower goes to the
+    /// leader through `forwarder`.
     pub fn new(node: Node, forwarder: Forwarder) -> Self {
         Self { node, forwarder }
-    }
-
-    fn url(&self, address: Option<String>) -> Vec<String> {
-        address.map(|a| crate::tls::uri(&a, self.forwarder.uses_tls())).into_iter().collect()
-    }
-}
-
-#[tonic::async_trait]
-impl Cluster for EtcdMaintenance {
-    /// Voters and learners of the latest configuration this node knows
-    /// (etcd's `linearizable` flag is not honoured yet: the list is this
-    /// node's view).
-    async fn member_list(&self, _request: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
-        require_kv(&self.node)?;
-        let membership = self.node.status().membership;
-        let voters = membership.voters.iter().chain(&membership.voters_outgoing).map(|id| (id.0, false));
-        let learners = membership.learners.iter().map(|id| (id.0, true));
-        let mut members: Vec<Member> = voters
-            .chain(learners)
-            .map(|(id, is_learner)| Member {
-                id,
-                name: format!("node-{id}"),
-                peer_ur_ls: self.url(self.forwarder.peer_address(id)),
-                client_ur_ls: self.url(self.forwarder.client_address(id)),
-                is_learner,
-            })
-            .collect();
-        members.sort_by_key(|m| m.id);
-        members.dedup_by_key(|m| m.id);
-        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
-        Ok(Response::new(MemberListResponse { header, members }))
     }
 }
 
@@ -134,5 +103,43 @@ impl Maintenance for EtcdMaintenance {
             page.after = answer.last_key;
             page.crc = answer.crc;
         }
+    }
+
+    /// Compacts this member's store on disk, as etcd's defragment does
+    /// for its database file; the member serves meanwhile.
+    async fn defragment(&self, request: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+        require_kv(&self.node)?;
+        self.forwarder.admins().require(&request, "a defragmentation")?;
+        let (before, _) = self.node.storage_bytes();
+        self.node.compact_storage().await.map_err(etcd_status)?;
+        let (after, _) = self.node.storage_bytes();
+        tracing::info!(before_bytes = before, after_bytes = after, "storage compacted (etcd defragment)");
+        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
+        Ok(Response::new(DefragmentResponse { header }))
+    }
+
+    /// Hands leadership to `target_id`, which must be a voter that has
+    /// caught up; asked of a follower, the leader does it.
+    async fn move_leader(&self, request: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+        require_kv(&self.node)?;
+        self.forwarder.admins().require(&request, "a leader transfer")?;
+        let was_forwarded = crate::forward::is_forwarded(&request);
+        let target = request.into_inner().target_id;
+        if !self.node.status().membership.voters.iter().any(|v| v.0 == target) {
+            return Err(Status::failed_precondition("etcdserver: bad leader transferee"));
+        }
+        if let Err(e) = self.node.transfer_leader(target).await {
+            return match self.forwarder.admin_leader(&e, was_forwarded) {
+                Some(channel) => {
+                    MaintenanceClient::new(channel)
+                        .move_leader(crate::forward::forwarded(MoveLeaderRequest { target_id: target }))
+                        .await
+                }
+                None => Err(etcd_status(e)),
+            };
+        }
+        tracing::info!(to = target, "leadership moved through etcd's API");
+        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
+        Ok(Response::new(MoveLeaderResponse { header }))
     }
 }

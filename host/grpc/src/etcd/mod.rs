@@ -7,12 +7,14 @@
 //! with etcd's gRPC codes and texts, which clients' retry and failover
 //! logic depend on.
 
+mod cluster;
 pub(crate) mod compactor;
 mod kv;
 mod lease;
 mod maintenance;
 mod watch;
 
+pub use cluster::EtcdCluster;
 pub use compactor::AutoCompaction;
 pub use kv::EtcdKv;
 pub use lease::EtcdLease;

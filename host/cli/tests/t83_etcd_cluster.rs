@@ -1,0 +1,97 @@
+//! etcd's Cluster and Maintenance calls that change a cluster, driven by
+//! etcdctl against `wasmraft run` processes: a member added through etcd's
+//! API joins as a learner, is promoted once in sync, takes writes, and is
+//! removed; leadership moves on request; defragment compacts every member's
+//! store; errors carry etcd's texts.
+
+mod cluster;
+
+use std::time::{Duration, Instant};
+
+use cluster::etcdctl::*;
+use cluster::*;
+
+/// The member id etcdctl printed (`Member 1a2b... added to cluster ...`).
+fn member_id(out: &str) -> u64 {
+    let hex = out.split_whitespace().nth(1).unwrap_or_else(|| panic!("no member id in {out}"));
+    u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("member id {hex:?} in {out}"))
+}
+
+/// Retries `args` until etcdctl succeeds (at most `within`); the output.
+async fn ok_within(endpoints: &str, args: &[&str], within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let (success, out, err) = etcdctl(endpoints, args, None);
+        if success {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "etcdctl {args:?} kept failing: {out}{err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_adds_promotes_and_removes_a_member_and_moves_the_leader() {
+    let _serial = serial();
+    let cluster = Cluster::start(3).await;
+    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    ok(&all, &["put", "before", "1"]);
+
+    // Add: etcdctl prints the new id and the settings to start it with.
+    let free = free_addrs(1);
+    let planned_peer = format!("http://{}", free[0]);
+    let (success, _, err) = etcdctl(&all, &["member", "add", "n4", &format!("--peer-urls=http://{}", cluster.peer_addr(1))], None);
+    assert!(!success && err.contains("etcdserver: Peer URLs already exists"), "{err}");
+    let added = ok(&all, &["member", "add", "n4", &format!("--peer-urls={planned_peer}"), "--learner"]);
+    assert!(added.starts_with("Member ") && added.contains(" added as learner to cluster "), "{added}");
+    assert!(added.contains(&format!("ETCD_INITIAL_ADVERTISE_PEER_URLS=\"{planned_peer}\"")), "{added}");
+    let id = member_id(&added);
+    let list = ok(&all, &["member", "list"]);
+    let line = list.lines().find(|l| l.starts_with(&format!("{id:x}, "))).unwrap_or_else(|| panic!("{list}"));
+    assert!(line.contains(&planned_peer) && line.ends_with(", true"), "a learner at its peer URL: {line}");
+
+    // The new node starts with that id; its real peer address replaces the
+    // planned one through etcd's MemberUpdate.
+    let (_node4, addr4, peer4) = cluster.spawn_joining(id, dir.path());
+    let updated = ok(&all, &["member", "update", &format!("{id:x}"), &format!("--peer-urls=http://{peer4}")]);
+    assert_eq!(updated.split_whitespace().collect::<Vec<_>>(), ["Member", &format!("{id:x}"), "updated", "in", "cluster", &format!("{:x}", cluster_id(&all))]);
+
+    // Promote once it has caught up (etcd refuses a learner behind).
+    let (success, _, err) = etcdctl(&all, &["member", "promote", &format!("{:x}", cluster.ids()[0])], None);
+    assert!(!success && err.contains("etcdserver: can only promote a learner member"), "{err}");
+    let promoted = ok_within(&all, &["member", "promote", &format!("{id:x}")], Duration::from_secs(30)).await;
+    assert!(promoted.contains(" promoted in cluster "), "{promoted}");
+    let list = ok(&all, &["member", "list"]);
+    assert_eq!(list.lines().count(), 4, "{list}");
+    assert!(list.lines().any(|l| l.starts_with(&format!("{id:x}, ")) && l.ends_with(", false")), "a voter now: {list}");
+    assert_eq!(ok_within(&addr4, &["get", "before", "--print-value-only"], Duration::from_secs(10)).await, "1\n");
+    ok(&addr4, &["put", "via-4", "x"]);
+    assert_eq!(ok(&all, &["get", "via-4", "--print-value-only"]), "x\n");
+
+    // Move the leader to another of the first three, then remove the new
+    // member; the cluster goes on with three.
+    let leader = cluster.leader().await;
+    let target = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
+    let everyone = format!("{all},{addr4}");
+    let moved = ok(&everyone, &["move-leader", &format!("{target:x}")]);
+    assert!(moved.contains(&format!("Leadership transferred from {leader:x} to {target:x}")), "{moved}");
+    assert_eq!(cluster.leader_among(&cluster.ids()).await, target);
+    let removed = ok(&all, &["member", "remove", &format!("{id:x}")]);
+    assert!(removed.split_whitespace().take(3).eq(["Member", &format!("{id:x}"), "removed"]), "{removed}");
+    let (success, _, err) = etcdctl(&all, &["member", "remove", &format!("{id:x}")], None);
+    assert!(!success && err.contains("etcdserver: member not found"), "{err}");
+    assert_eq!(ok(&all, &["member", "list"]).lines().count(), 3);
+    ok(&all, &["put", "after", "2"]);
+
+    // Defragment every member.
+    let defrag = ok(&all, &["defrag"]);
+    assert_eq!(defrag.matches("Finished defragmenting etcd member").count(), 3, "{defrag}");
+}
+
+/// The cluster id etcdctl reports in JSON output.
+fn cluster_id(endpoints: &str) -> u64 {
+    let json = ok(endpoints, &["get", "x", "-w", "json"]);
+    let at = json.find("\"cluster_id\":").unwrap() + "\"cluster_id\":".len();
+    json[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+}
