@@ -3,7 +3,8 @@
 # is missing: libclang (RocksDB's bindings), protoc (gRPC code), a Rust
 # toolchain for wasm32-unknown-unknown (the plugins), and the toolchains of
 # the C, Python and JavaScript examples (`cargo xtask examples`), and
-# pinned etcdctl and etcd benchmark tool for the etcd API tests. Safe to run
+# pinned etcdctl and etcd benchmark tool for the etcd API tests, and the
+# clientv3 test program. Safe to run
 # again.
 #
 # Prints `export` lines (guest toolchain, tools directory) on stdout;
@@ -112,8 +113,8 @@ ETCD_TOOLS="$TOOLS/etcd-$ETCD_VERSION"
 ETCDCTL="$ETCD_TOOLS/etcdctl"
 ETCD_BENCHMARK="$ETCD_TOOLS/benchmark"
 go_ok() { "$1" version 2>/dev/null | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'; }
-if [ "$WANT_ETCDCTL" = 1 ] && { [ ! -x "$ETCDCTL" ] || [ ! -x "$ETCD_BENCHMARK" ]; }; then
-  GO=""
+GO=""
+if [ "$WANT_ETCDCTL" = 1 ]; then
   for g in go /usr/local/go/bin/go "$TOOLS/go/bin/go"; do
     if go_ok "$g"; then GO=$g; break; fi
   done
@@ -127,6 +128,8 @@ if [ "$WANT_ETCDCTL" = 1 ] && { [ ! -x "$ETCDCTL" ] || [ ! -x "$ETCD_BENCHMARK" 
     chmod +x "$TOOLS"/go/bin/* "$TOOLS"/go/pkg/tool/*/*
     GO="$TOOLS/go/bin/go"
   fi
+fi
+if [ "$WANT_ETCDCTL" = 1 ] && { [ ! -x "$ETCDCTL" ] || [ ! -x "$ETCD_BENCHMARK" ]; }; then
   build="$ETCD_TOOLS/src"
   mkdir -p "$build"
   for tool in etcdctl:go.etcd.io/etcd/etcdctl/v3 benchmark:go.etcd.io/etcd/v3/tools/benchmark; do
@@ -144,8 +147,20 @@ if [ "$WANT_ETCDCTL" = 1 ] && { [ ! -x "$ETCDCTL" ] || [ ! -x "$ETCD_BENCHMARK" 
     )
   done
 fi
+# 5. The clientv3 test program (testing/etcd-client-check), from this
+#    checkout's sources each time (Go's build cache makes a rebuild quick).
+CLIENT_CHECK="$ETCD_TOOLS/etcd-client-check"
+if [ "$WANT_ETCDCTL" = 1 ]; then
+  (
+    cd "$(cd "$(dirname "$0")/.." && pwd)/testing/etcd-client-check"
+    export GOTOOLCHAIN=auto GOFLAGS=-mod=mod GO111MODULE=on
+    "$GO" build -trimpath -o "$CLIENT_CHECK.tmp" . >&2
+    mv "$CLIENT_CHECK.tmp" "$CLIENT_CHECK"
+  )
+fi
 if [ "$WANT_ETCDCTL" = 1 ]; then
   "$ETCDCTL" version | head -1 | sed 's/^/setup: /' >&2
+  printf 'export WASMRAFT_ETCD_CLIENT_CHECK=%q\n' "$CLIENT_CHECK"
   printf 'export WASMRAFT_ETCDCTL=%q\n' "$ETCDCTL"
   printf 'export WASMRAFT_ETCD_BENCHMARK=%q\n' "$ETCD_BENCHMARK"
 fi

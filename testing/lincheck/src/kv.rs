@@ -38,6 +38,17 @@ pub enum KvInput {
         /// The suffix.
         value: String,
     },
+    /// Compare-and-swap, as an etcd Txn does it: put `value` only if the key
+    /// holds `expected` (`None`: only if it is absent); responds
+    /// [`KvOutput::Swapped`].
+    Cas {
+        /// The key.
+        key: String,
+        /// What the key must hold for the swap.
+        expected: Option<String>,
+        /// The new value.
+        value: String,
+    },
 }
 
 impl KvInput {
@@ -67,13 +78,23 @@ impl KvInput {
         }
     }
 
+    /// `Cas { key, expected, value }`.
+    pub fn cas(key: impl Into<String>, expected: Option<&str>, value: impl Into<String>) -> Self {
+        KvInput::Cas {
+            key: key.into(),
+            expected: expected.map(str::to_owned),
+            value: value.into(),
+        }
+    }
+
     /// The key the request addresses.
     pub fn key(&self) -> &str {
         match self {
             KvInput::Get { key }
             | KvInput::Put { key, .. }
             | KvInput::Delete { key }
-            | KvInput::Append { key, .. } => key,
+            | KvInput::Append { key, .. }
+            | KvInput::Cas { key, .. } => key,
         }
     }
 }
@@ -86,6 +107,7 @@ impl fmt::Display for KvInput {
             KvInput::Put { key, value } => write!(f, "put({key:?}, {value:?})"),
             KvInput::Delete { key } => write!(f, "delete({key:?})"),
             KvInput::Append { key, value } => write!(f, "append({key:?}, {value:?})"),
+            KvInput::Cas { key, expected, value } => write!(f, "cas({key:?}, {expected:?}, {value:?})"),
         }
     }
 }
@@ -97,6 +119,8 @@ pub enum KvOutput {
     Ok,
     /// A read saw this value (`None`: the key is absent).
     Value(Option<String>),
+    /// A compare-and-swap did (`true`) or did not swap.
+    Swapped(bool),
 }
 
 impl KvOutput {
@@ -118,6 +142,8 @@ impl fmt::Display for KvOutput {
             KvOutput::Ok => f.write_str("ok"),
             KvOutput::Value(Some(v)) => write!(f, "{v:?}"),
             KvOutput::Value(None) => f.write_str("absent"),
+            KvOutput::Swapped(true) => f.write_str("swapped"),
+            KvOutput::Swapped(false) => f.write_str("not swapped"),
         }
     }
 }
@@ -167,6 +193,17 @@ impl Model for KvModel {
                 next.push_str(value);
                 Some(Some(next))
             }
+            // An unknown swap happened, so it swapped if it could.
+            (KvInput::Cas { expected, value, .. }, None) => {
+                Some(if state == expected { Some(value.clone()) } else { state.clone() })
+            }
+            (KvInput::Cas { expected, value, .. }, Some(KvOutput::Swapped(swapped))) => {
+                match (state == expected, swapped) {
+                    (true, true) => Some(Some(value.clone())),
+                    (false, false) => Some(state.clone()),
+                    _ => None,
+                }
+            }
             _ => None,
         }
     }
@@ -187,15 +224,17 @@ impl Model for KvModel {
                 matches!((&o.input, o.output()), (KvInput::Get { .. }, Some(KvOutput::Value(seen))) if seen.as_ref() == written)
             })
         };
+        // Appends and swaps depend on the state they find: an unknown
+        // write before them may be what made them legal.
         let appends = || {
             ops.iter()
-                .any(|o| matches!(o.input, KvInput::Append { .. }))
+                .any(|o| matches!(o.input, KvInput::Append { .. } | KvInput::Cas { .. }))
         };
         match &op.input {
             KvInput::Get { .. } => true,
             KvInput::Put { value, .. } => !appends() && !observed(Some(value)),
             KvInput::Delete { .. } => !appends() && !observed(None),
-            KvInput::Append { .. } => false,
+            KvInput::Append { .. } | KvInput::Cas { .. } => false,
         }
     }
 }

@@ -900,8 +900,12 @@ fn error_text(e: &ClientError) -> String {
 /// Checks the history; on failure saves it next to the logs and panics with
 /// the checker's explanation.
 pub fn assert_linearizable(cluster: &Cluster, rec: &KvRecorder, what: &str) {
-    let history = rec.history();
-    let report = check_report::<KvModel>(&history, &CheckOptions::default());
+    assert_history_linearizable(cluster, &rec.history(), what);
+}
+
+/// [`assert_linearizable`] for a history recorded elsewhere.
+pub fn assert_history_linearizable(cluster: &Cluster, history: &wasmraft_lincheck::KvHistory, what: &str) {
+    let report = check_report::<KvModel>(history, &CheckOptions::default());
     eprintln!(
         "{what}: {} ops, {} searched over {} keys ({} unknown dropped), {} steps, {:?}: {}",
         history.len(),

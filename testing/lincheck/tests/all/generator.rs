@@ -98,7 +98,7 @@ pub fn generate(seed: u64, w: &Workload) -> KvHistory {
                         store.remove(key);
                         KvOutput::Ok
                     }
-                    KvInput::Append { .. } => unreachable!("not generated"),
+                    KvInput::Append { .. } | KvInput::Cas { .. } => unreachable!("not generated"),
                 };
                 Phase::Applied(op, output)
             }

@@ -285,3 +285,37 @@ fn a_custom_model_checks_too() {
     h.returned(4, CounterOp::Read, 40, 50, 3); // the unknown add cannot be undone
     assert!(wasmraft_lincheck::check::<Counter>(&h, &options()).is_illegal());
 }
+
+/// Compare-and-swap, as an etcd Txn does it: two racing swaps from the same
+/// value cannot both succeed, and a failed swap needs a state that differs.
+#[test]
+fn compare_and_swap_succeeds_only_on_the_expected_value() {
+    let swap = |h: &mut KvHistory, client: u64, expected: Option<&str>, value: &str, at: (u64, u64), swapped: bool| {
+        h.returned(client, KvInput::cas("x", expected, value), at.0, at.1, KvOutput::Swapped(swapped));
+    };
+    // From absent, one of two concurrent swaps wins; a read after sees it.
+    let mut h = KvHistory::new();
+    swap(&mut h, 1, None, "a", (0, 10), true);
+    swap(&mut h, 2, None, "b", (5, 15), false);
+    get(&mut h, 3, "x", Some("a"), 20, 30);
+    check(&h).assert_ok();
+    // Both winning is illegal.
+    let mut h = KvHistory::new();
+    swap(&mut h, 1, None, "a", (0, 10), true);
+    swap(&mut h, 2, None, "b", (5, 15), true);
+    assert_illegal(&h, "x");
+    // A swap from "1" that fails after "1" was written, with nothing else
+    // writing, is illegal.
+    let mut h = KvHistory::new();
+    put(&mut h, 1, "x", "1", 0, 10);
+    swap(&mut h, 2, Some("1"), "2", (20, 30), false);
+    assert_illegal(&h, "x");
+    // An unknown swap may have happened: a read may see it, or not.
+    for seen in [Some("2"), Some("1")] {
+        let mut h = KvHistory::new();
+        put(&mut h, 1, "x", "1", 0, 10);
+        h.unknown(2, KvInput::cas("x", Some("1"), "2"), 20);
+        get(&mut h, 3, "x", seen, 40, 50);
+        check(&h).assert_ok();
+    }
+}
