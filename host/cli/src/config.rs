@@ -161,18 +161,46 @@ pub struct EtcdSection {
     /// `30m` or `90s` (periodic), or a count of revisions (revision); `0`
     /// keeps every revision until a client compacts.
     pub auto_compaction_retention: String,
+    /// How often a quiet watcher that asked for progress notifications
+    /// gets one, such as `10m` or `500ms`.
+    pub watch_progress_notify_interval: String,
+    /// The store size in bytes past which the member raises the NOSPACE
+    /// alarm (etcd's `--quota-backend-bytes`).
+    pub quota_backend_bytes: u64,
 }
 
 impl Default for EtcdSection {
     fn default() -> Self {
-        Self { auto_compaction_mode: "periodic".into(), auto_compaction_retention: "1h".into() }
+        let d = wasmraft_grpc::etcd::EtcdSettings::default();
+        Self {
+            auto_compaction_mode: "periodic".into(),
+            auto_compaction_retention: "1h".into(),
+            watch_progress_notify_interval: format!("{}s", d.progress_notify_interval.as_secs()),
+            quota_backend_bytes: d.quota_backend_bytes,
+        }
     }
 }
 
 impl EtcdSection {
-    pub fn auto_compaction(&self) -> anyhow::Result<Option<wasmraft_grpc::etcd::AutoCompaction>> {
-        wasmraft_grpc::etcd::AutoCompaction::parse(&self.auto_compaction_mode, &self.auto_compaction_retention)
-            .map_err(|e| anyhow::anyhow!("[etcd] {e}"))
+    pub fn settings(&self) -> anyhow::Result<wasmraft_grpc::etcd::EtcdSettings> {
+        use wasmraft_grpc::etcd::{AutoCompaction, parse_duration};
+        let auto_compaction = AutoCompaction::parse(&self.auto_compaction_mode, &self.auto_compaction_retention)
+            .map_err(|e| anyhow::anyhow!("[etcd] {e}"))?;
+        let progress_notify_interval = parse_duration(&self.watch_progress_notify_interval)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "[etcd] watch_progress_notify_interval {:?}: expected a duration such as 10m or 500ms",
+                    self.watch_progress_notify_interval
+                )
+            })?;
+        anyhow::ensure!(self.quota_backend_bytes > 0, "[etcd] quota_backend_bytes must be positive");
+        Ok(wasmraft_grpc::etcd::EtcdSettings {
+            auto_compaction,
+            progress_notify_interval,
+            quota_backend_bytes: self.quota_backend_bytes,
+        })
     }
 }
 

@@ -121,7 +121,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             faults,
             node_tls,
             None,
-            crate::config::EtcdSection::default().auto_compaction()?,
+            wasmraft_grpc::etcd::EtcdSettings::default(),
             stop.clone(),
         )?);
     }

@@ -30,7 +30,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let peers = file.peer_addresses()?;
     file.cluster_id()?; // a malformed cluster_id is an error, not ignored
-    let auto_compaction = file.etcd.auto_compaction()?;
+    let etcd = file.etcd.settings()?;
     let config = file.node_config();
     let tls = match &file.tls {
         Some(t) => Some(Arc::new(
@@ -51,7 +51,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         faults,
         tls,
         file.advertise_client.clone(),
-        auto_compaction,
+        etcd,
         stop.clone(),
     )?;
     if let Some(addr) = file.metrics_listen {
@@ -143,7 +143,7 @@ pub fn start(
     faults: wasmraft_grpc::Faults,
     tls: Option<Arc<wasmraft_grpc::TlsSettings>>,
     advertise_client: Option<String>,
-    auto_compaction: Option<wasmraft_grpc::etcd::AutoCompaction>,
+    etcd: wasmraft_grpc::etcd::EtcdSettings,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Served> {
     let client_addr = listeners.client.local_addr()?;
@@ -189,7 +189,7 @@ pub fn start(
         faults,
         book,
         tls,
-        auto_compaction,
+        etcd,
     };
     let server = tokio::spawn(wasmraft_grpc::serve(
         serving,

@@ -95,3 +95,57 @@ fn cluster_id(endpoints: &str) -> u64 {
     let at = json.find("\"cluster_id\":").unwrap() + "\"cluster_id\":".len();
     json[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_past_its_quota_raises_nospace_and_refuses_puts_until_disarmed() {
+    let _serial = serial();
+    // A quota every store exceeds, so the first put raises the alarm.
+    let cluster = Cluster::start_with(3, "[etcd]\nquota_backend_bytes = 1").await;
+    let leader = cluster.addr(cluster.leader().await).to_string();
+    let (success, _, err) = etcdctl(&leader, &["put", "k", "v"], None);
+    assert!(!success && err.contains("etcdserver: mvcc: database space exceeded"), "{err}");
+    let alarms = ok(&leader, &["alarm", "list"]);
+    assert!(alarms.starts_with("memberID:") && alarms.trim_end().ends_with("alarm:NOSPACE"), "{alarms}");
+    // Reads and deletes go on; a txn that only reads too.
+    ok(&leader, &["get", "k"]);
+    assert_eq!(ok(&leader, &["del", "k"]), "0\n");
+    let json = ok(&leader, &["endpoint", "status", "-w", "json"]);
+    assert!(json.contains("\"dbSizeQuota\":1"), "{json}");
+    // Disarming clears it; the store is still past the quota, so the next
+    // put raises it again.
+    assert_eq!(ok(&leader, &["alarm", "disarm"]), alarms);
+    assert_eq!(ok(&leader, &["alarm", "list"]), "");
+    let (success, _, err) = etcdctl(&leader, &["put", "k", "v"], None);
+    assert!(!success && err.contains("database space exceeded"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_watchers_get_progress_notifications_and_idle_members_hash_alike() {
+    let _serial = serial();
+    let cluster = Cluster::start_with(3, "[etcd]\nwatch_progress_notify_interval = \"200ms\"").await;
+    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    ok(&all, &["put", "a", "1"]);
+    let watch = Watch::start(&all, &["nothing-here", "--progress-notify"]);
+    watch.wait_for(Duration::from_secs(10), |l| l.iter().filter(|l| l.starts_with("progress notify: ")).count() >= 2).await;
+    let lines = watch.stop();
+    assert!(lines.iter().all(|l| l.starts_with("progress notify: ")), "{lines:?}");
+
+    // etcd's Hash: the whole store of each member, equal once all applied
+    // the same entries.
+    let revision = |addr: &str| {
+        let json = ok(addr, &["get", "a", "-w", "json", "--consistency=s"]);
+        json.contains(&format!("\"revision\":{}", 2))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cluster.ids().iter().all(|&i| revision(cluster.addr(i))) {
+        assert!(Instant::now() < deadline, "the members did not all apply revision 2");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut hashes = Vec::new();
+    for id in cluster.ids() {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addr(id))).unwrap().connect().await.unwrap();
+        let mut maintenance = wasmraft_proto::etcdserverpb::maintenance_client::MaintenanceClient::new(channel);
+        hashes.push(maintenance.hash(wasmraft_proto::etcdserverpb::HashRequest {}).await.unwrap().into_inner().hash);
+    }
+    assert!(hashes.iter().all(|h| *h == hashes[0]) && hashes[0] != 0, "{hashes:?}");
+}

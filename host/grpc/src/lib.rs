@@ -63,9 +63,9 @@ pub struct Serving {
     pub book: Arc<PeerBook>,
     /// TLS on both listeners, if configured.
     pub tls: Option<Arc<TlsSettings>>,
-    /// How much of the KV plugin's history to keep (none: all, until a
-    /// client compacts).
-    pub auto_compaction: Option<etcd::AutoCompaction>,
+    /// How etcd's API is served (history kept, progress notifications,
+    /// space quota).
+    pub etcd: etcd::EtcdSettings,
 }
 
 impl Serving {
@@ -98,9 +98,10 @@ pub async fn serve(
         serving.tls.as_ref().map(|t| t.dialer()),
         serving.admins(),
     );
-    if let Some(policy) = serving.auto_compaction {
+    if let Some(policy) = serving.etcd.auto_compaction {
         tokio::spawn(etcd::compactor::run(serving.node.clone(), policy, shutdown.clone()));
     }
+    let space = etcd::SpaceAlarm::new(serving.etcd.quota_backend_bytes);
     let admin = AdminService::new(
         serving.node.clone(),
         forwarder.clone(),
@@ -121,13 +122,13 @@ pub async fn serve(
         )
         .add_service(
             // etcd's v3 KV API, over the KV plugin (`etcd`).
-            KvServer::new(etcd::EtcdKv::new(serving.node.clone(), forwarder.clone()))
+            KvServer::new(etcd::EtcdKv::new(serving.node.clone(), forwarder.clone(), space.clone()))
                 .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
         )
-        .add_service(WatchServer::new(etcd::EtcdWatch::new(serving.node.clone())))
+        .add_service(WatchServer::new(etcd::EtcdWatch::new(serving.node.clone(), serving.etcd.progress_notify_interval)))
         .add_service(LeaseServer::new(etcd::EtcdLease))
         .add_service(ClusterServer::new(etcd::EtcdCluster::new(serving.node.clone(), forwarder.clone())))
-        .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder)));
+        .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder, space)));
     let peer_router = tonic::transport::Server::builder().add_service(
         RaftServer::new(RaftService::new(
             serving.node.clone(),

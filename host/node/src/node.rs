@@ -822,6 +822,18 @@ impl Node {
         self.inner.storage.size_bytes()
     }
 
+    /// SHA-256 of this node's whole state (the plugin's store and the
+    /// client sessions) at whatever index it has applied meanwhile: equal
+    /// on members that applied the same entries, so compare idle members
+    /// only (`check_hashes` compares at one index, through the log).
+    pub async fn state_hash(&self) -> Result<[u8; 32], Error> {
+        let storage = self.inner.storage.clone();
+        tokio::task::spawn_blocking(move || storage.state_hash())
+            .await
+            .map_err(|e| Error::Fatal(format!("state hash panicked: {e}")))?
+            .map_err(|e| Error::Fatal(format!("cannot hash the state: {e}")))
+    }
+
     /// Compacts this node's store on disk (etcd's defragment), on a
     /// blocking thread; the node serves meanwhile.
     pub async fn compact_storage(&self) -> Result<(), Error> {

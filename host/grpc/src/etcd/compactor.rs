@@ -34,18 +34,10 @@ impl AutoCompaction {
         let retention = retention.trim();
         match mode {
             "periodic" => {
-                let (number, unit) = match retention.find(|c: char| !c.is_ascii_digit()) {
-                    Some(i) => retention.split_at(i),
-                    None => (retention, "h"),
-                };
-                let n: u64 = number.parse().map_err(|_| bad_retention(retention))?;
-                let seconds = match unit {
-                    "s" => n,
-                    "m" => n * 60,
-                    "h" => n * 3600,
-                    _ => return Err(bad_retention(retention)),
-                };
-                Ok((seconds > 0).then(|| Self::Periodic(Duration::from_secs(seconds))))
+                // A bare number is hours, as etcd reads it.
+                let hours = retention.parse::<u64>().ok().map(|h| Duration::from_secs(h * 3600));
+                let retention = hours.or_else(|| parse_duration(retention).ok()).ok_or_else(|| bad_retention(retention))?;
+                Ok((!retention.is_zero()).then_some(Self::Periodic(retention)))
             }
             "revision" => {
                 let n: i64 = retention
@@ -64,6 +56,21 @@ impl AutoCompaction {
             Self::Periodic(retention) => (retention / 10).max(Duration::from_millis(100)),
             Self::Revision(_) => REVISION_CHECK,
         }
+    }
+}
+
+/// A duration such as `500ms`, `90s`, `30m` or `1h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 500ms, 90s, 30m or 1h"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{text:?} is not a duration such as 500ms, 90s, 30m or 1h")),
     }
 }
 
@@ -135,6 +142,8 @@ mod tests {
         assert_eq!(p("revision", "1000"), Ok(Some(AutoCompaction::Revision(1000))));
         assert_eq!(p("revision", "0"), Ok(None));
         assert!(p("periodic", "1d").unwrap_err().contains("expected a duration"));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("5 m").is_err() && parse_duration("m").is_err());
         assert!(p("revision", "1h").unwrap_err().contains("needs a count"));
         assert!(p("hourly", "1h").unwrap_err().contains("expected \"periodic\" or \"revision\""));
     }

@@ -14,7 +14,7 @@ use wasmraft_proto::etcdserverpb::{
     ResponseOp, TxnRequest, TxnResponse,
 };
 
-use super::{etcd_status, header, require_kv};
+use super::{SpaceAlarm, etcd_status, header, require_kv};
 use crate::forward::{Forwarder, forwarded, is_forwarded};
 
 /// The `etcdserverpb.KV` service of one node. Writes go through the log
@@ -25,12 +25,14 @@ use crate::forward::{Forwarder, forwarded, is_forwarded};
 pub struct EtcdKv {
     node: Node,
     forwarder: Forwarder,
+    space: SpaceAlarm,
 }
 
 impl EtcdKv {
-    /// Serves `node`, forwarding writes through `forwarder`.
-    pub fn new(node: Node, forwarder: Forwarder) -> Self {
-        Self { node, forwarder }
+    /// Serves `node`, forwarding writes through `forwarder`; writes that
+    /// add data are refused while `space` is raised.
+    pub fn new(node: Node, forwarder: Forwarder, space: SpaceAlarm) -> Self {
+        Self { node, forwarder, space }
     }
 
     /// Proposes `command` (a `RequestOp`, see [`request_op`]) and returns
@@ -102,6 +104,15 @@ fn unexpected() -> Status {
     Status::internal("etcdserver: the KV plugin answered with another kind of response")
 }
 
+/// Whether a txn may put (and so add data), in any branch.
+fn puts(txn: &TxnRequest) -> bool {
+    txn.success.iter().chain(&txn.failure).any(|op| match &op.request {
+        Some(Op::RequestPut(_)) => true,
+        Some(Op::RequestTxn(t)) => puts(t),
+        _ => false,
+    })
+}
+
 /// Whether a txn only reads (then it is served as a read, as etcd does).
 fn read_only(txn: &TxnRequest) -> bool {
     txn.success.iter().chain(&txn.failure).all(|op| match &op.request {
@@ -142,6 +153,7 @@ impl Kv for EtcdKv {
                 "etcdserver: requested lease not found (leases are not served yet: put without --lease)",
             ));
         }
+        self.space.check_write(&self.node)?;
         let command = request_op(OP_PUT, &r);
         let answer = self.write(command, was_forwarded, |mut c| async move { c.put(forwarded(r)).await }).await?;
         answer!(&self.node, decoded(answer, decode)?, OpResponse::ResponsePut)
@@ -166,6 +178,9 @@ impl Kv for EtcdKv {
         let answer = if read_only(&r) {
             Ok(self.read(Op::RequestTxn(r), Consistency::Linearizable).await?)
         } else {
+            if puts(&r) {
+                self.space.check_write(&self.node)?;
+            }
             let command = request_op(OP_TXN, &r);
             let answer = self.write(command, was_forwarded, |mut c| async move { c.txn(forwarded(r)).await }).await?;
             decoded(answer, decode)?

@@ -1,22 +1,23 @@
-//! `etcdserverpb.Maintenance` (Alarm, Status, HashKV, Defragment,
+//! `etcdserverpb.Maintenance` (Alarm, Status, Hash, HashKV, Defragment,
 //! MoveLeader): what `etcdctl endpoint status`, `endpoint health`,
 //! `endpoint hashkv`, `defrag` and `move-leader` ask.
 
 use tonic::{Request, Response, Status};
 use wasmraft_node::Node;
 use wasmraft_proto::etcdserverpb::alarm_request::AlarmAction;
+use wasmraft_proto::etcdserverpb::{AlarmMember, AlarmType};
 use wasmraft_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use wasmraft_proto::etcdserverpb::maintenance_server::Maintenance;
 use wasmraft_proto::etcdserverpb::{
-    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, HashKvRequest, HashKvResponse,
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
     MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
 };
 
-use wasmraft_proto::kvplugin::HashRequest;
+use wasmraft_proto::kvplugin::HashRequest as HashPage;
 use wasmraft_proto::kvplugin::request::Request as KvRequest;
 use wasmraft_proto::kvplugin::response::Response as KvResponse;
 
-use super::{current_revision, etcd_status, header, plugin_query, require_kv};
+use super::{SpaceAlarm, current_revision, etcd_status, header, plugin_query, require_kv};
 use crate::forward::Forwarder;
 
 /// The etcd API level these services answer as: what `Status.version`
@@ -28,29 +29,42 @@ pub const ETCD_API_VERSION: &str = "3.6.0";
 pub struct EtcdMaintenance {
     node: Node,
     forwarder: Forwarder,
+    space: SpaceAlarm,
 }
 
 impl EtcdMaintenance {
     /// Serves `node`; a leader transfer asked of a follower goes to the
     /// leader through `forwarder`.
-    pub fn new(node: Node, forwarder: Forwarder) -> Self {
-        Self { node, forwarder }
+    pub fn new(node: Node, forwarder: Forwarder, space: SpaceAlarm) -> Self {
+        Self { node, forwarder, space }
     }
 }
 
 #[tonic::async_trait]
 impl Maintenance for EtcdMaintenance {
-    /// No alarm is ever raised yet: listing gives none, disarming has
-    /// nothing to do, and raising one is refused.
+    /// This member's NOSPACE alarm (see [`SpaceAlarm`]): listed while
+    /// raised, cleared by a disarm. Members raise it for themselves, and
+    /// clients cannot raise alarms.
     async fn alarm(&self, request: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
         require_kv(&self.node)?;
-        match AlarmAction::try_from(request.into_inner().action) {
-            Ok(AlarmAction::Get | AlarmAction::Deactivate) => {
-                let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
-                Ok(Response::new(AlarmResponse { header, alarms: Vec::new() }))
+        let r = request.into_inner();
+        let nospace = || AlarmMember { member_id: self.node.id(), alarm: AlarmType::Nospace as i32 };
+        let alarms = match AlarmAction::try_from(r.action) {
+            Ok(AlarmAction::Get) => self.space.is_raised().then(nospace).into_iter().collect(),
+            Ok(AlarmAction::Deactivate) => {
+                let ours = r.member_id == 0 || r.member_id == self.node.id();
+                let nospace_alarm = matches!(AlarmType::try_from(r.alarm), Ok(AlarmType::Nospace | AlarmType::None));
+                if ours && nospace_alarm && self.space.is_raised() {
+                    self.space.disarm();
+                    vec![nospace()]
+                } else {
+                    Vec::new()
+                }
             }
-            _ => Err(Status::unimplemented("etcdserver: raising alarms is not served")),
-        }
+            _ => return Err(Status::unimplemented("etcdserver: clients cannot raise alarms; members raise NOSPACE themselves")),
+        };
+        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
+        Ok(Response::new(AlarmResponse { header, alarms }))
     }
 
     async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
@@ -71,7 +85,7 @@ impl Maintenance for EtcdMaintenance {
             db_size_in_use: live as i64,
             is_learner: s.membership.learners.iter().any(|l| l.0 == s.id),
             storage_version: format!("wasmraft-{}", env!("CARGO_PKG_VERSION")),
-            db_size_quota: 0,
+            db_size_quota: self.space.quota() as i64,
             downgrade_info: None,
         }))
     }
@@ -81,7 +95,7 @@ impl Maintenance for EtcdMaintenance {
     /// not change the answer, and members that applied it agree.
     async fn hash_kv(&self, request: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
         require_kv(&self.node)?;
-        let mut page = HashRequest { revision: request.into_inner().revision, ..Default::default() };
+        let mut page = HashPage { revision: request.into_inner().revision, ..Default::default() };
         loop {
             let answer = match plugin_query(&self.node, KvRequest::RequestHash(page.clone())).await? {
                 KvResponse::ResponseHash(answer) => answer,
@@ -103,6 +117,17 @@ impl Maintenance for EtcdMaintenance {
             page.after = answer.last_key;
             page.crc = answer.crc;
         }
+    }
+
+    /// The first 32 bits of the node's state hash: the plugin's store (for
+    /// the KV plugin, current keys, history and revision log) and the
+    /// client sessions. Like etcd's, for tests on idle members.
+    async fn hash(&self, _request: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        require_kv(&self.node)?;
+        let digest = self.node.state_hash().await.map_err(etcd_status)?;
+        let hash = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
+        Ok(Response::new(HashResponse { header, hash }))
     }
 
     /// Compacts this member's store on disk, as etcd's defragment does

@@ -15,7 +15,7 @@ mod maintenance;
 mod watch;
 
 pub use cluster::EtcdCluster;
-pub use compactor::AutoCompaction;
+pub use compactor::{AutoCompaction, parse_duration};
 pub use kv::EtcdKv;
 pub use lease::EtcdLease;
 pub use maintenance::{ETCD_API_VERSION, EtcdMaintenance};
@@ -30,6 +30,81 @@ use wasmraft_proto::etcdserverpb::{RangeRequest, RequestOp, ResponseHeader, Resp
 use wasmraft_proto::kvplugin;
 use wasmraft_proto::kvplugin::request::Request as KvRequest;
 use wasmraft_proto::kvplugin::response::Response as KvResponse;
+
+/// How a node serves etcd's API: what `[etcd]` in its configuration sets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSettings {
+    /// How much of the KV plugin's history to keep (`None`: all, until a
+    /// client compacts).
+    pub auto_compaction: Option<AutoCompaction>,
+    /// How often a watcher that asked for progress notifications gets one
+    /// when it has nothing else to receive (etcd: 10 minutes).
+    pub progress_notify_interval: std::time::Duration,
+    /// The store size past which this member raises the NOSPACE alarm and
+    /// refuses writes that add data (etcd's `--quota-backend-bytes`).
+    pub quota_backend_bytes: u64,
+}
+
+impl Default for EtcdSettings {
+    fn default() -> Self {
+        Self {
+            auto_compaction: Some(AutoCompaction::Periodic(std::time::Duration::from_secs(3600))),
+            progress_notify_interval: std::time::Duration::from_secs(600),
+            quota_backend_bytes: 8 << 30,
+        }
+    }
+}
+
+/// This member's NOSPACE alarm: raised when a write finds the store past
+/// the quota, cleared only by `alarm disarm`, as in etcd.
+#[derive(Clone, Debug, Default)]
+pub struct SpaceAlarm {
+    raised: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    quota: u64,
+}
+
+/// etcd's text for a write refused under the NOSPACE alarm.
+const ERR_NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
+
+impl SpaceAlarm {
+    /// An alarm that is not raised, for a store quota of `quota` bytes.
+    pub fn new(quota: u64) -> Self {
+        Self { raised: Default::default(), quota }
+    }
+
+    /// Refuses a write that adds data while the alarm is raised, raising
+    /// it first if the store has grown past the quota.
+    fn check_write(&self, node: &Node) -> Result<(), Status> {
+        use std::sync::atomic::Ordering;
+        if !self.raised.load(Ordering::Acquire) && node.storage_bytes().0 > self.quota {
+            if !self.raised.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    quota_bytes = self.quota,
+                    store_bytes = node.storage_bytes().0,
+                    "NOSPACE alarm raised: writes through etcd's API are refused until `etcdctl alarm disarm` (compact and defragment first)"
+                );
+            }
+        }
+        if self.raised.load(Ordering::Acquire) {
+            return Err(Status::resource_exhausted(ERR_NO_SPACE));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn quota(&self) -> u64 {
+        self.quota
+    }
+
+    pub(crate) fn is_raised(&self) -> bool {
+        self.raised.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(crate) fn disarm(&self) {
+        if self.raised.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            tracing::info!("NOSPACE alarm disarmed");
+        }
+    }
+}
 
 /// The name the KV plugin reports; the etcd API serves no other plugin.
 const KV_PLUGIN_NAME: &str = "wasmraft-kv";

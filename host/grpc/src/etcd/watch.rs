@@ -7,7 +7,11 @@
 //! follows the live events from the revision after the last page's state,
 //! so that no revision is missed or sent twice. A start below the
 //! compacted revision is cancelled with `compact_revision`, as etcd does.
-//! `progress_notify` and `fragment` are accepted and not acted on.
+//! A watcher with `progress_notify` gets an empty response with the current
+//! revision after each interval in which it got nothing else; a progress
+//! request is answered (watch id -1) with the revision every watcher of the
+//! stream has been sent all events up to. `fragment` is accepted: answers
+//! are never split, as a page of history stays below 4 MiB.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -36,12 +40,14 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> 
 #[derive(Clone, Debug)]
 pub struct EtcdWatch {
     node: Node,
+    progress_interval: std::time::Duration,
 }
 
 impl EtcdWatch {
-    /// Serves `node`'s applied events.
-    pub fn new(node: Node) -> Self {
-        Self { node }
+    /// Serves `node`'s applied events; watchers that ask for progress
+    /// notifications get one after each quiet `progress_interval`.
+    pub fn new(node: Node, progress_interval: std::time::Duration) -> Self {
+        Self { node, progress_interval }
     }
 }
 
@@ -52,7 +58,7 @@ impl Watch for EtcdWatch {
     async fn watch(&self, request: Request<Streaming<WatchRequest>>) -> Result<Response<WatchStream>, Status> {
         require_kv(&self.node)?;
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(serve(self.node.clone(), request.into_inner(), tx));
+        tokio::spawn(serve(self.node.clone(), request.into_inner(), tx, self.progress_interval));
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 }
@@ -65,6 +71,9 @@ struct Watcher {
     no_put: bool,
     no_delete: bool,
     prev_kv: bool,
+    progress_notify: bool,
+    /// Nothing was sent to it since the last progress tick.
+    quiet: bool,
 }
 
 impl Watcher {
@@ -77,6 +86,8 @@ impl Watcher {
             no_put: has(FilterType::Noput),
             no_delete: has(FilterType::Nodelete),
             prev_kv: c.prev_kv,
+            progress_notify: c.progress_notify,
+            quiet: true,
         }
     }
 
@@ -107,7 +118,14 @@ impl Watcher {
 }
 
 /// Runs one watch stream until the client closes it or goes away.
-async fn serve(node: Node, mut requests: Streaming<WatchRequest>, tx: mpsc::Sender<Result<WatchResponse, Status>>) {
+async fn serve(
+    node: Node,
+    mut requests: Streaming<WatchRequest>,
+    tx: mpsc::Sender<Result<WatchResponse, Status>>,
+    progress_interval: std::time::Duration,
+) {
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + progress_interval, progress_interval);
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Subscribed before any revision is read, so that no event falls
     // between a watcher's start and its first delivery.
     let mut events = node.subscribe();
@@ -149,6 +167,18 @@ async fn serve(node: Node, mut requests: Streaming<WatchRequest>, tx: mpsc::Send
                 }
                 continue;
             }
+            _ = progress.tick() => {
+                for (id, w) in watchers.iter_mut() {
+                    if w.progress_notify && w.quiet {
+                        let reply = WatchResponse { watch_id: *id, ..Default::default() };
+                        if tx.send(Ok(answer(revision, reply))).await.is_err() {
+                            return;
+                        }
+                    }
+                    w.quiet = true;
+                }
+                continue;
+            }
             event = events.recv() => match event {
                 Ok(first) => {
                     // Everything already applied goes out together.
@@ -180,11 +210,12 @@ async fn serve(node: Node, mut requests: Streaming<WatchRequest>, tx: mpsc::Send
         if let Some(last) = decoded.iter().filter_map(|e| e.kv.as_ref()).map(|kv| kv.mod_revision).max() {
             revision = revision.max(last);
         }
-        for (id, w) in &watchers {
+        for (id, w) in watchers.iter_mut() {
             let mine: Vec<Event> = decoded.iter().filter_map(|e| w.wants(e)).collect();
             if mine.is_empty() {
                 continue;
             }
+            w.quiet = false;
             let reply = WatchResponse { watch_id: *id, events: mine, ..Default::default() };
             if tx.send(Ok(answer(revision, reply))).await.is_err() {
                 return;
