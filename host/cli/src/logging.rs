@@ -20,11 +20,16 @@ pub struct LogArgs {
 }
 
 /// Servers log at the chosen level; client commands only warn, so that their
-/// output stays clean. Logs go to stderr.
+/// output stays clean. Logs go to stderr, in colour only when it is a
+/// terminal (a log file gets no escape codes).
 pub fn init(args: &LogArgs, server: bool) {
+    use std::io::IsTerminal;
     let default = if server { args.log_level.as_str() } else { "warn" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -39,7 +39,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let peer_listen = file.peer_listen();
-    tracing::info!(config = ?config, listen = %file.listen, peer_listen = %peer_listen, ?peers, tls = ?tls, "effective configuration");
+    // The summary lines come once the node runs ("node started",
+    // "serving"); the whole configuration only at debug level.
+    tracing::debug!(config = ?config, listen = %file.listen, peer_listen = %peer_listen, ?peers, tls = ?tls, "effective configuration");
+    tracing::info!(members = ?peers, etcd = ?etcd, "cluster members (peer addresses) and etcd API settings");
     let listeners = Listeners::bind(file.listen, peer_listen).await?;
     let (stop_tx, stop) = watch::channel(false);
     let faults = wasmraft_grpc::Faults::new(file.fault_injection);
@@ -209,7 +212,7 @@ pub async fn serve_metrics(
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-    tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics");
+    tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics, and /livez, /readyz, /health");
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };

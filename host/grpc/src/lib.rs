@@ -8,6 +8,7 @@ mod admin_service;
 pub mod auth;
 mod client_service;
 pub mod etcd;
+mod health;
 mod faults;
 mod forward;
 mod lane;

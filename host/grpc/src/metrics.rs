@@ -1,5 +1,6 @@
 //! Prometheus metrics over plain HTTP (`GET /metrics`), in the text
-//! exposition format. Read from each node's status when scraped.
+//! exposition format, read from each node's status when scraped; and the
+//! health endpoints (`/livez`, `/readyz`, `/health`, see [`crate::health`]).
 
 use std::fmt::Write as _;
 
@@ -14,6 +15,7 @@ pub async fn serve_metrics(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     tokio::pin!(shutdown);
+    let readiness = crate::health::Readiness::watch(nodes.clone());
     loop {
         let (mut socket, _) = tokio::select! {
             _ = &mut shutdown => return,
@@ -26,6 +28,7 @@ pub async fn serve_metrics(
             },
         };
         let nodes = nodes.clone();
+        let readiness = readiness.clone();
         tokio::spawn(async move {
             // Only the request line matters; bound what is read.
             let mut buf = vec![0u8; 8192];
@@ -38,12 +41,15 @@ pub async fn serve_metrics(
             }
             let request = String::from_utf8_lossy(&buf[..read]);
             let path = request.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = if request.starts_with("GET ")
+            let health = if request.starts_with("GET ") { readiness.answer(path) } else { None };
+            let (status, body) = if let Some(answer) = health {
+                answer
+            } else if request.starts_with("GET ")
                 && (path == "/metrics" || path.starts_with("/metrics?"))
             {
                 ("200 OK", render(&nodes))
             } else {
-                ("404 Not Found", "try GET /metrics\n".to_string())
+                ("404 Not Found", "try GET /metrics, /livez, /readyz or /health\n".to_string())
             };
             let head = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

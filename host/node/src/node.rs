@@ -228,6 +228,9 @@ impl Node {
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             let (status, what) = (status.clone(), name.to_string());
             let run = move || {
+                // Every line the worker logs names its node (`wasmraft dev`
+                // runs several in one process).
+                let _node = tracing::info_span!("node", id).entered();
                 if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
                     let message = panic
                         .downcast_ref::<String>()

@@ -68,6 +68,8 @@ pub struct Cluster {
     addrs: BTreeMap<u64, String>,
     /// Peer (Raft) addresses.
     peer_addrs: BTreeMap<u64, String>,
+    /// Metrics and health addresses.
+    metrics_addrs: BTreeMap<u64, String>,
     running: BTreeMap<u64, Child>,
     paused: BTreeSet<u64>,
     /// With TLS on: the certificates, and how the harness's clients connect
@@ -147,12 +149,15 @@ impl Cluster {
             .prefix("wasmraft-t60-")
             .tempdir()
             .unwrap();
-        let free = free_addrs(2 * n as usize);
+        let free = free_addrs(3 * n as usize);
         let addrs: BTreeMap<u64, String> = (1..=n)
             .map(|id| (id, free[id as usize - 1].clone()))
             .collect();
         let peer_addrs: BTreeMap<u64, String> = (1..=n)
             .map(|id| (id, free[(n + id) as usize - 1].clone()))
+            .collect();
+        let metrics_addrs: BTreeMap<u64, String> = (1..=n)
+            .map(|id| (id, free[(2 * n + id) as usize - 1].clone()))
             .collect();
         let peers: String = peer_addrs
             .iter()
@@ -186,11 +191,12 @@ impl Cluster {
                 None => String::new(),
             };
             let config = format!(
-                "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\npeer_listen = \"{}\"\nfault_injection = true\n\n[peers]\n{peers}\n\
+                "id = {id}\ndata_dir = \"{}\"\nlisten = \"{addr}\"\npeer_listen = \"{}\"\nmetrics_listen = \"{}\"\nfault_injection = true\n\n[peers]\n{peers}\n\
                  [raft]\ntick_ms = {TICK_MS}\nelection_ticks = {election_ticks}\nheartbeat_ticks = 1\n{raft_extra}\n\
                  [limits]\nrequest_timeout_ms = 1000\n{tls_section}",
                 data.display(),
                 peer_addrs[id],
+                metrics_addrs[id],
             );
             std::fs::write(dir.path().join(format!("n{id}.toml")), config).unwrap();
         }
@@ -198,6 +204,7 @@ impl Cluster {
             dir: Some(dir),
             addrs,
             peer_addrs,
+            metrics_addrs,
             running: BTreeMap::new(),
             paused: BTreeSet::new(),
             tls,
@@ -245,6 +252,19 @@ impl Cluster {
         let log = File::create(dir.join(format!("n{id}.log"))).unwrap();
         let child = Command::new(BIN).args(["run", "--config"]).arg(&config).stdout(Stdio::null()).stderr(log).spawn().unwrap();
         (ChildGuard(child), addr, peer_addr)
+    }
+
+    /// `GET path` on node `id`'s metrics listener: the status code and body.
+    pub fn http_get(&self, id: u64, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.metrics_addrs[&id]).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        (code, body)
     }
 
     /// Node `id`'s peer (Raft) address.
