@@ -9,6 +9,7 @@ mod logging;
 mod plugin_cmds;
 mod plugin_new;
 mod run;
+mod snapshot_cmds;
 
 use clap::{Parser, Subcommand};
 
@@ -71,6 +72,9 @@ enum Command {
     /// Check that every replica's keyspace is identical at one index (each
     /// node hashes it; mismatches are reported and the command fails).
     Check(plugin_cmds::CheckArgs),
+    /// Restore a backup (`etcdctl snapshot save`) into a new cluster.
+    #[command(subcommand)]
+    Snapshot(snapshot_cmds::SnapshotCommand),
 }
 
 /// Caps glibc's malloc at two arenas. By default each thread that
@@ -148,6 +152,7 @@ fn main() -> std::process::ExitCode {
             Command::Plugin(c) => plugin_cmds::run(c).await,
             Command::Check(a) => plugin_cmds::check(a).await,
             Command::Certs(c) => certs::run(c).await,
+            Command::Snapshot(c) => snapshot_cmds::run(c),
         }
     });
     match result {

@@ -825,6 +825,13 @@ impl Node {
         self.inner.storage.size_bytes()
     }
 
+    /// A backup of the state as applied now (etcd's snapshot save): read
+    /// its file's bytes with [`wasmraft_storage::BackupReader::next_chunk`]
+    /// on a blocking thread.
+    pub fn backup(&self) -> Result<wasmraft_storage::BackupReader, Error> {
+        self.inner.storage.backup_reader().map_err(|e| Error::Fatal(format!("cannot take a backup: {e}")))
+    }
+
     /// SHA-256 of this node's whole state (the plugin's store and the
     /// client sessions) at whatever index it has applied meanwhile: equal
     /// on members that applied the same entries, so compare idle members

@@ -25,6 +25,7 @@
 //!   exactly at some applied id and replays the (durable) log from there.
 #![deny(missing_docs)]
 
+mod backup;
 mod codec;
 mod error;
 mod log;
@@ -35,6 +36,7 @@ mod snapshot_reader;
 mod snapshot_staging;
 mod state;
 
+pub use backup::{BackupReader, BackupSummary, verify as verify_backup, write_backup};
 pub use error::StorageError;
 
 /// Fuzz entry points (the cargo-fuzz targets in `fuzz/`).

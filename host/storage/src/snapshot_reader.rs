@@ -30,6 +30,7 @@ enum Section {
 pub struct SnapshotReader {
     db: DB,
     index: Index,
+    term: u64,
     section: Section,
     /// The last key read in the current section (`None`: none yet).
     after: Option<Vec<u8>>,
@@ -50,21 +51,29 @@ impl Storage {
         if !path.exists() {
             return Err(StorageError::Incompatible(format!("no snapshot at index {index}")));
         }
+        SnapshotReader::open_checkpoint(&path, Some(index))
+    }
+}
+
+impl SnapshotReader {
+    /// Opens the checkpoint at `path`, checking it holds the state applied
+    /// at `index` if one is given.
+    pub(crate) fn open_checkpoint(path: &std::path::Path, index: Option<Index>) -> Result<SnapshotReader, StorageError> {
         let mut opts = Options::default();
         opts.set_max_open_files(-1); // every table file opened now, see above
-        let db = DB::open_cf_for_read_only(&opts, &path, [CF_LOG, CF_RAFT, CF_STATE, CF_META], false)?;
+        let db = DB::open_cf_for_read_only(&opts, path, [CF_LOG, CF_RAFT, CF_STATE, CF_META], false)?;
         let applied = match db.get_cf(db.cf_handle(CF_META).expect("cf"), KEY_APPLIED)? {
-            Some(bytes) => codec::decode_log_id("applied", &bytes)?.index,
-            None => Index(0),
+            Some(bytes) => codec::decode_log_id("applied", &bytes)?,
+            None => Default::default(),
         };
-        if applied != index {
+        if let Some(index) = index.filter(|i| *i != applied.index) {
             return Err(StorageError::Corrupt {
                 what: "snapshot checkpoint",
                 key: Some(format!("index {index}")),
-                detail: format!("the checkpoint holds the state applied at {applied}"),
+                detail: format!("the checkpoint holds the state applied at {}", applied.index),
             });
         }
-        Ok(SnapshotReader { db, index, section: Section::State, after: None, pairs: 0 })
+        Ok(SnapshotReader { db, index: applied.index, term: applied.term.0, section: Section::State, after: None, pairs: 0 })
     }
 }
 
@@ -72,6 +81,11 @@ impl SnapshotReader {
     /// The snapshot's index.
     pub fn index(&self) -> Index {
         self.index
+    }
+
+    /// The term of the entry applied last in it.
+    pub fn term(&self) -> u64 {
+        self.term
     }
 
     /// Pairs read so far.

@@ -10,7 +10,8 @@ use wasmraft_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use wasmraft_proto::etcdserverpb::maintenance_server::Maintenance;
 use wasmraft_proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
-    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, StatusRequest, StatusResponse,
+    MoveLeaderRequest, MoveLeaderResponse, ResponseHeader, SnapshotRequest, SnapshotResponse, StatusRequest,
+    StatusResponse,
 };
 
 use wasmraft_proto::kvplugin::HashRequest as HashPage;
@@ -42,6 +43,8 @@ impl EtcdMaintenance {
 
 #[tonic::async_trait]
 impl Maintenance for EtcdMaintenance {
+    type SnapshotStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
+
     /// This member's NOSPACE alarm (see [`SpaceAlarm`]): listed while
     /// raised, cleared by a disarm. Members raise it for themselves, and
     /// clients cannot raise alarms.
@@ -128,6 +131,52 @@ impl Maintenance for EtcdMaintenance {
         let hash = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
         let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
         Ok(Response::new(HashResponse { header, hash }))
+    }
+
+    /// A backup of this member's state as applied now, streamed as the
+    /// bytes of a file that `wasmraft snapshot restore` turns into the
+    /// data directory of a new cluster (format: the storage crate's
+    /// `backup` module). It ends as etcd's does: its size is 32 past a
+    /// multiple of 512, the last 32 bytes the SHA-256 of the rest.
+    async fn snapshot(&self, request: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+        require_kv(&self.node)?;
+        self.forwarder.admins().require(&request, "a backup")?;
+        let node = self.node.clone();
+        let mut backup = tokio::task::spawn_blocking(move || node.backup())
+            .await
+            .map_err(|e| Status::internal(format!("etcdserver: backup: {e}")))?
+            .map_err(etcd_status)?;
+        tracing::info!(index = backup.index().0, "sending a backup (etcd snapshot)");
+        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        tokio::task::spawn_blocking(move || {
+            let mut next = backup.next_chunk();
+            let mut first = true;
+            loop {
+                let chunk = match next {
+                    Ok(Some(chunk)) => chunk,
+                    Ok(None) => return,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(Status::internal(format!("etcdserver: backup: {e}"))));
+                        return;
+                    }
+                };
+                next = backup.next_chunk();
+                // Only the last message knows nothing remains.
+                let remaining = if matches!(next, Ok(None)) { 0 } else { 1 };
+                let response = SnapshotResponse {
+                    header: if first { header.clone() } else { None },
+                    remaining_bytes: remaining,
+                    blob: chunk,
+                    version: ETCD_API_VERSION.to_string(),
+                };
+                first = false;
+                if tx.blocking_send(Ok(response)).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     /// Compacts this member's store on disk, as etcd's defragment does
