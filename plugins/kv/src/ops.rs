@@ -120,17 +120,19 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
     if r.key.is_empty() {
         return Err(KvError::Invalid(ERR_EMPTY_KEY));
     }
+    if r.ignore_lease && r.lease != 0 {
+        return Err(KvError::Invalid("etcdserver: lease is provided"));
+    }
     if r.lease != 0 {
         return Err(KvError::Rejected("etcdserver: requested lease not found"));
     }
     let prev = keyspace::get(&r.key);
-    let value = if r.ignore_value {
-        match &prev {
-            Some(p) => p.value.clone(),
-            None => return Err(KvError::Rejected("etcdserver: key not found")),
-        }
-    } else {
-        r.value.clone()
+    if (r.ignore_value || r.ignore_lease) && prev.is_none() {
+        return Err(KvError::Rejected("etcdserver: key not found"));
+    }
+    let value = match (&prev, r.ignore_value) {
+        (Some(p), true) => p.value.clone(),
+        _ => r.value.clone(),
     };
     let revision = rev.write();
     let kv = KeyValue {

@@ -331,3 +331,19 @@ fn random_histories_read_exactly_as_a_model_after_compactions() {
         assert!(below <= 1, "{key:?} keeps {below} versions below the compacted revision: {revisions:?}");
     }
 }
+
+#[test]
+fn ignore_value_and_ignore_lease_need_the_key_and_keep_what_they_ignore() {
+    let mut h = TestHost::<Kv>::new();
+    let ignoring = |value: &str, ignore_value, ignore_lease, lease| {
+        bytes(Req::RequestPut(PutRequest { key: "k".into(), value: value.into(), ignore_value, ignore_lease, lease, prev_kv: false }))
+    };
+    let not_found = ApplyError::rejected("etcdserver: key not found");
+    assert_eq!(h.apply(ignoring("x", true, false, 0)).unwrap_err(), not_found);
+    assert_eq!(h.apply(ignoring("x", false, true, 0)).unwrap_err(), not_found);
+    assert_eq!(h.apply(ignoring("x", false, true, 7)).unwrap_err(), ApplyError::invalid("etcdserver: lease is provided"));
+    put(&mut h, "k", "first");
+    h.apply(ignoring("ignored", true, false, 0)).unwrap();
+    h.apply(ignoring("second", false, true, 0)).unwrap();
+    assert_eq!(range_at(&h, 0).unwrap(), pairs(&[("k", "second")]));
+}

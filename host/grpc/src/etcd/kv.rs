@@ -148,7 +148,7 @@ impl Kv for EtcdKv {
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let was_forwarded = is_forwarded(&request);
         let r = request.into_inner();
-        if r.lease != 0 {
+        if r.lease != 0 && !r.ignore_lease {
             return Err(Status::not_found(
                 "etcdserver: requested lease not found (leases are not served yet: put without --lease)",
             ));
