@@ -14,7 +14,7 @@ async fn etcdctl_reads_and_writes_the_kv_plugin() {
     let cluster = Cluster::start_with(3, "").await;
     let leader = cluster.leader().await;
     let follower = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
-    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let all = cluster.endpoints(0).join(",");
     let at_follower = cluster.addr(follower).to_string();
 
     // put and get, through a follower (which forwards the write).

@@ -10,12 +10,6 @@ use std::time::Duration;
 use cluster::etcdctl::*;
 use cluster::*;
 
-/// The header revision in etcdctl's JSON output.
-fn revision(json: &str) -> i64 {
-    let at = json.find("\"revision\":").unwrap_or_else(|| panic!("no revision in {json}")) + "\"revision\":".len();
-    json[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
-}
-
 fn put(endpoints: &str, key: &str, value: &str) -> i64 {
     revision(&ok(endpoints, &["put", key, value, "-w", "json"]))
 }
@@ -26,7 +20,7 @@ async fn etcdctl_reads_the_past_replays_watches_and_compacts() {
     let cluster = Cluster::start_with(3, "").await;
     let leader = cluster.leader().await;
     let follower = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
-    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let all = cluster.endpoints(0).join(",");
     let at_follower = cluster.addr(follower).to_string();
 
     // Four revisions of one key: v1, v2, deleted, v3.
@@ -122,7 +116,7 @@ async fn etcdctl_reads_the_past_replays_watches_and_compacts() {
 async fn periodic_auto_compaction_discards_revisions_older_than_the_retention() {
     let _serial = serial();
     let cluster = Cluster::start_with(3, "[etcd]\nauto_compaction_mode = \"periodic\"\nauto_compaction_retention = \"1s\"").await;
-    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let all = cluster.endpoints(0).join(",");
     let first = put(&all, "k", "old");
     // The leader compacts at the revision it saw a retention ago: keep
     // writing until the first revision is gone (bounded).

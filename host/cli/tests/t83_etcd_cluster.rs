@@ -34,7 +34,7 @@ async fn ok_within(endpoints: &str, args: &[&str], within: Duration) -> String {
 async fn etcdctl_adds_promotes_and_removes_a_member_and_moves_the_leader() {
     let _serial = serial();
     let cluster = Cluster::start(3).await;
-    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let all = cluster.endpoints(0).join(",");
     let dir = tempfile::tempdir().unwrap();
     ok(&all, &["put", "before", "1"]);
 
@@ -55,7 +55,7 @@ async fn etcdctl_adds_promotes_and_removes_a_member_and_moves_the_leader() {
     // planned one through etcd's MemberUpdate.
     let (_node4, addr4, peer4) = cluster.spawn_joining(id, dir.path());
     let updated = ok(&all, &["member", "update", &format!("{id:x}"), &format!("--peer-urls=http://{peer4}")]);
-    assert_eq!(updated.split_whitespace().collect::<Vec<_>>(), ["Member", &format!("{id:x}"), "updated", "in", "cluster", &format!("{:x}", cluster_id(&all))]);
+    assert_eq!(updated.split_whitespace().collect::<Vec<_>>(), ["Member", &format!("{id:x}"), "updated", "in", "cluster", &format!("{:x}", json_number(&ok(&all, &["get", "x", "-w", "json"]), "cluster_id"))]);
 
     // Promote once it has caught up (etcd refuses a learner behind).
     let (success, _, err) = etcdctl(&all, &["member", "promote", &format!("{:x}", cluster.ids()[0])], None);
@@ -89,12 +89,6 @@ async fn etcdctl_adds_promotes_and_removes_a_member_and_moves_the_leader() {
     assert_eq!(defrag.matches("Finished defragmenting etcd member").count(), 3, "{defrag}");
 }
 
-/// The cluster id etcdctl reports in JSON output.
-fn cluster_id(endpoints: &str) -> u64 {
-    let json = ok(endpoints, &["get", "x", "-w", "json"]);
-    let at = json.find("\"cluster_id\":").unwrap() + "\"cluster_id\":".len();
-    json[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_past_its_quota_raises_nospace_and_refuses_puts_until_disarmed() {
@@ -123,7 +117,7 @@ async fn a_member_past_its_quota_raises_nospace_and_refuses_puts_until_disarmed(
 async fn quiet_watchers_get_progress_notifications_and_idle_members_hash_alike() {
     let _serial = serial();
     let cluster = Cluster::start_with(3, "[etcd]\nwatch_progress_notify_interval = \"200ms\"").await;
-    let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let all = cluster.endpoints(0).join(",");
     ok(&all, &["put", "a", "1"]);
     let watch = Watch::start(&all, &["nothing-here", "--progress-notify"]);
     watch.wait_for(Duration::from_secs(10), |l| l.iter().filter(|l| l.starts_with("progress notify: ")).count() >= 2).await;

@@ -26,6 +26,18 @@ fn client_check() -> std::path::PathBuf {
     path
 }
 
+/// Waits (at most two minutes) for the program to exit by itself.
+async fn finish(check: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = check.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "etcd-client-check did not finish");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn etcd_tools() -> std::path::PathBuf {
     cluster::etcdctl::etcdctl_path().parent().unwrap().to_path_buf()
 }
@@ -34,7 +46,7 @@ fn etcd_tools() -> std::path::PathBuf {
 async fn clientv3_stm_transfers_and_a_watcher_survive_leader_and_member_kills() {
     let _serial = serial();
     let mut cluster = Cluster::start(3).await;
-    let endpoints = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let endpoints = cluster.endpoints(0).join(",");
     let leader = cluster.leader().await;
     let watched = cluster.ids().into_iter().find(|&i| i != leader).unwrap();
 
@@ -67,14 +79,7 @@ async fn clientv3_stm_transfers_and_a_watcher_survive_leader_and_member_kills() 
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.restart(watched).await;
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = check.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "etcd-client-check did not finish");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = finish(&mut check).await;
     let lines: Vec<String> = rx.try_iter().collect();
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut check.stderr.take().unwrap(), &mut stderr).unwrap();
@@ -118,7 +123,7 @@ fn parse_history(text: &str) -> KvHistory {
 async fn clientv3_histories_under_leader_kills_and_pauses_are_linearizable() {
     let _serial = serial();
     let mut cluster = Cluster::start(3).await;
-    let endpoints = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+    let endpoints = cluster.endpoints(0).join(",");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("history.tsv");
     let mut check = Command::new(client_check())
@@ -146,14 +151,7 @@ async fn clientv3_histories_under_leader_kills_and_pauses_are_linearizable() {
     tokio::time::sleep(election_timeout() * 5).await;
     cluster.cont(second);
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = check.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "etcd-client-check did not finish");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = finish(&mut check).await;
     let mut summary = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut summary).unwrap();
     assert!(status.success() && summary.starts_with("ok "), "{summary}");

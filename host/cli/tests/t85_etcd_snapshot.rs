@@ -14,12 +14,6 @@ use cluster::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_wasmraft");
 
-/// The header revision in etcdctl's JSON output.
-fn revision(json: &str) -> i64 {
-    let at = json.find("\"revision\":").unwrap_or_else(|| panic!("no revision in {json}")) + "\"revision\":".len();
-    json[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_restores_into_a_new_cluster_that_goes_on_from_it() {
     let _serial = serial();
@@ -27,7 +21,7 @@ async fn a_backup_restores_into_a_new_cluster_that_goes_on_from_it() {
     let backup = dir.path().join("backup.db");
     let (keys, last) = {
         let cluster = Cluster::start(3).await;
-        let all = cluster.ids().iter().map(|&i| cluster.addr(i).to_string()).collect::<Vec<_>>().join(",");
+        let all = cluster.endpoints(0).join(",");
         for i in 0..50 {
             ok(&all, &["put", &format!("app/{i:02}"), &format!("v{i}")]);
         }

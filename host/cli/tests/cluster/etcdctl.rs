@@ -43,6 +43,18 @@ pub fn ok(endpoints: &str, args: &[&str]) -> String {
     out
 }
 
+/// The number after `"field":` in etcdctl's JSON output.
+pub fn json_number(json: &str, field: &str) -> u64 {
+    let name = format!("\"{field}\":");
+    let at = json.find(&name).unwrap_or_else(|| panic!("no {field} in {json}")) + name.len();
+    json[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+}
+
+/// The header revision in etcdctl's JSON output.
+pub fn revision(json: &str) -> i64 {
+    json_number(json, "revision") as i64
+}
+
 /// A running `etcdctl watch`, its output gathered line by line.
 pub struct Watch {
     child: std::process::Child,
