@@ -510,6 +510,7 @@ impl Node {
         self.check_alive()?;
         self.check_request_size(&command)?;
         self.check_apply_lag()?;
+        self.await_leader().await?;
         let _admitted = self.admit(command.len())?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Propose {
@@ -533,11 +534,13 @@ impl Node {
         let index = match consistency {
             Consistency::Eventual => self.inner.commit_at_start,
             Consistency::Linearizable => {
+                self.await_leader().await?;
                 let (reply, rx) = oneshot::channel();
                 self.send(LoopMsg::ReadIndex { reply })?;
                 self.wait(rx).await??.0
             }
             Consistency::Lease => {
+                self.await_leader().await?;
                 let (reply, rx) = oneshot::channel();
                 self.send(LoopMsg::LeaseRead { reply })?;
                 self.wait(rx).await??.0
@@ -907,8 +910,23 @@ impl Node {
         self.inner.events.subscribe()
     }
 
-    /// Waits until this node leads (single-node clusters elect themselves
-    /// within an election timeout).
+    /// Returns at once while this node knows a leader; during an election
+    /// waits for its outcome, up to the request timeout, as etcd's clients
+    /// do, instead of failing a request that a moment later would succeed.
+    /// Still no leader then: `NotLeader { leader: None }`.
+    async fn await_leader(&self) -> Result<(), Error> {
+        if self.inner.status.lock().leader.is_some() {
+            return Ok(());
+        }
+        match self.wait_for_leader().await {
+            Ok(_) => Ok(()),
+            Err(Error::Timeout) => Err(Error::NotLeader { leader: None }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until this node knows a leader (single-node clusters elect
+    /// themselves within an election timeout).
     pub async fn wait_for_leader(&self) -> Result<u64, Error> {
         let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
         loop {

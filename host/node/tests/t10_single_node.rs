@@ -248,3 +248,18 @@ async fn a_retried_proposal_applies_once() {
     assert_eq!(header(&again.response), 3);
     node.shutdown();
 }
+
+/// Requests that arrive before the first election ends wait for a leader
+/// (up to the request timeout) instead of failing with "no leader".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_during_the_first_election_wait_for_a_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = NodeConfig { tick_interval: Duration::from_millis(50), ..config(dir.path()) };
+    let node = Node::start(config, KV_PLUGIN).expect("node starts");
+    assert!(node.status().leader.is_none(), "still electing: the test would prove nothing");
+    let (read, write) = tokio::join!(get(&node, "k", Consistency::Linearizable), node.propose(put("k", "v")));
+    assert_eq!(read, None);
+    write.expect("the write waited for the election");
+    assert_eq!(get(&node, "k", Consistency::Lease).await, Some(b"v".to_vec()));
+    node.shutdown();
+}
