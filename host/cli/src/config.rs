@@ -293,6 +293,7 @@ impl FileConfig {
                 .parse()
                 .with_context(|| format!("peer id {id:?} is not a number"))?;
             anyhow::ensure!(n != 0, "peer id 0 is not allowed");
+            check_peer_address(n, addr)?;
             out.insert(n, addr.clone());
         }
         anyhow::ensure!(
@@ -339,9 +340,44 @@ impl FileConfig {
     }
 }
 
+/// A `[peers]` address is `HOST:PORT`: refused at start rather than
+/// failing every connection at run time.
+fn check_peer_address(id: u64, addr: &str) -> anyhow::Result<()> {
+    let hint = || format!("[peers] {id} = {addr:?}: expected HOST:PORT, such as \"127.0.0.1:7480\" or \"node-2.example:7480\"");
+    anyhow::ensure!(!addr.contains("://"), "{}: give the address without a scheme (TLS comes from [tls])", hint());
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{}: the port is missing", hint()))?;
+    anyhow::ensure!(port.parse::<u16>().is_ok_and(|p| p != 0), "{}: {port:?} is not a port", hint());
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let valid_name = !host.is_empty()
+        && host.split('.').all(|label| {
+            !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && !label.starts_with('-')
+        });
+    anyhow::ensure!(host.parse::<std::net::IpAddr>().is_ok() || valid_name, "{}: {host:?} is not a host name or IP address", hint());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_addresses_must_be_host_and_port() {
+        let with = |addr: &str| FileConfig::parse(&format!("id = 1\ndata_dir = \"d\"\n[peers]\n1 = \"{addr}\"\n")).unwrap().peer_addresses();
+        for good in ["127.0.0.1:7480", "node-2.example:7480", "[::1]:7480", "localhost:1"] {
+            assert!(with(good).is_ok(), "{good}");
+        }
+        for (bad, why) in [
+            ("127.0.0.1", "the port is missing"),
+            ("127.0.0.1:0", "is not a port"),
+            ("127.0.0.1:99999", "is not a port"),
+            ("http://127.0.0.1:7480", "without a scheme"),
+            (":7480", "is not a host name"),
+            ("no spaces:7480", "is not a host name"),
+        ] {
+            let err = format!("{:#}", with(bad).unwrap_err());
+            assert!(err.contains(why) && err.contains("expected HOST:PORT"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn minimal_file_gets_the_library_defaults() {

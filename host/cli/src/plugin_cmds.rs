@@ -29,6 +29,10 @@ pub enum PluginCommand {
 pub struct DeployArgs {
     /// The plugin: a component, or a core module built with wasmraft-sdk.
     pub file: PathBuf,
+    /// Deploy even if the plugin's name differs from the running one's: it
+    /// takes over the keyspace the running plugin wrote.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub endpoints: Endpoints,
 }
@@ -74,7 +78,7 @@ async fn deploy(a: DeployArgs) -> anyhow::Result<()> {
         .endpoints
         .on_leader(|c| {
             let wasm = wasm.clone();
-            async move { plugins(c).deploy(DeployRequest { wasm }).await }
+            async move { plugins(c).deploy(DeployRequest { wasm, force: a.force }).await }
         })
         .await?;
     let p = r.plugin.unwrap_or_default();

@@ -57,8 +57,14 @@ async fn deploys_reach_every_replica_at_one_index_and_keyspaces_agree() {
     assert!(err.contains("plugin refused"), "{err}");
     assert_eq!(ok(cli(&all, &["plugin", "info"])), before);
 
+    // A plugin of another name is refused without --force: it would take
+    // over the KV plugin's keyspace.
+    let err = failed(cli(&all, &["plugin", "deploy", component("fixture_hostile").to_str().unwrap()]));
+    assert!(err.contains("the cluster runs plugin \"wasmraft-kv\"") && err.contains("--force"), "{err}");
+    assert_eq!(ok(cli(&all, &["plugin", "info"])), before);
+
     // The hostile plugin: its bad entries fail alone, the rest apply.
-    let out = ok(cli(&all, &["plugin", "deploy", component("fixture_hostile").to_str().unwrap()]));
+    let out = ok(cli(&all, &["plugin", "deploy", "--force", component("fixture_hostile").to_str().unwrap()]));
     assert!(out.contains("deployed fixture-hostile"), "{out}");
     ok(cli(&all, &["propose", "put a 1"]));
     for bad in ["trap", "loop", "oom", "put-then-trap x 1"] {
@@ -72,7 +78,7 @@ async fn deploys_reach_every_replica_at_one_index_and_keyspaces_agree() {
     let down = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
     cluster.kill9(down);
     let up: Vec<String> = cluster.ids().into_iter().filter(|&id| id != down).map(|id| cluster.addr(id).to_string()).collect();
-    ok(cli(&up, &["plugin", "deploy", component("counter").to_str().unwrap()]));
+    ok(cli(&up, &["plugin", "deploy", "--force", component("counter").to_str().unwrap()]));
     for _ in 0..60 {
         ok(cli(&up, &["propose", "2"]));
     }

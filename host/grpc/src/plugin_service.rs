@@ -51,7 +51,7 @@ impl Plugins for PluginService {
         self.addresses.admins().require(&r, "plugin deploy")?;
         let forwarded = crate::forward::is_forwarded(&r);
         let r = r.into_inner();
-        match self.node.deploy_plugin(r.wasm.clone()).await {
+        match self.node.deploy_plugin_checked(r.wasm.clone(), r.force).await {
             Ok((plugin, deployed_at)) => Ok(Response::new(DeployResponse {
                 plugin: Some(info(plugin)),
                 deployed_at,

@@ -741,6 +741,13 @@ impl Node {
     /// reaches the log. Returns the plugin's description and the index it
     /// runs from. Leader only.
     pub async fn deploy_plugin(&self, wasm: Vec<u8>) -> Result<(PluginInfo, u64), Error> {
+        self.deploy_plugin_checked(wasm, true).await
+    }
+
+    /// [`Node::deploy_plugin`], refusing a plugin whose name differs from
+    /// the running one's unless `replace_other` (it would take over a
+    /// keyspace another plugin wrote: a mistake far more often than not).
+    pub async fn deploy_plugin_checked(&self, wasm: Vec<u8>, replace_other: bool) -> Result<(PluginInfo, u64), Error> {
         let plugin = {
             let loader = self.inner.loader.clone();
             let bytes = wasm.clone();
@@ -750,6 +757,14 @@ impl Node {
                 .map_err(|e| Error::Fatal(format!("plugin validation panicked: {e}")))?
                 .map_err(|e| Error::Invalid(format!("plugin refused: {e}")))?
         };
+        let running = self.plugin().0.name;
+        if !replace_other && plugin.info().name != running {
+            return Err(Error::Rejected(format!(
+                "the cluster runs plugin {running:?} and this one is {:?}: it would take over the keyspace {running:?} wrote; \
+                 deploy with --force if that is what you want",
+                plugin.info().name
+            )));
+        }
         let timestamp_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
