@@ -19,6 +19,10 @@ pub struct Endpoints {
     /// Comma-separated client addresses of nodes.
     #[arg(long, env = "WASMRAFT_ENDPOINTS", default_value = crate::DEFAULT_ENDPOINTS, value_delimiter = ',')]
     pub endpoints: Vec<String>,
+    /// How long a command keeps trying (another endpoint, a new leader)
+    /// before it gives up: 10s, 500ms, 1m.
+    #[arg(long, env = "WASMRAFT_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
+    pub timeout: std::time::Duration,
     /// Speak TLS, trusting the CA in this PEM file (the cluster CA, which
     /// signs the nodes' certificates).
     #[arg(long, env = "WASMRAFT_CACERT")]
@@ -42,6 +46,10 @@ pub struct Endpoints {
     pub key: Option<PathBuf>,
 }
 
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    wasmraft_grpc::etcd::parse_duration(text)
+}
+
 impl Endpoints {
     pub fn tls(&self) -> anyhow::Result<Option<TlsConfig>> {
         match &self.cacert {
@@ -57,8 +65,12 @@ impl Endpoints {
         }
     }
 
+    /// A client that retries for at most `--timeout`, saying so on
+    /// standard error each time.
     pub fn client(&self) -> anyhow::Result<Client> {
-        Ok(Client::with_tls(&self.endpoints, self.tls()?)?)
+        Ok(Client::with_tls(&self.endpoints, self.tls()?)?
+            .with_retry_for(self.timeout)
+            .on_retry(|e| eprintln!("retrying: {e}")))
     }
 
     /// A channel to each endpoint in turn, connected now; the first error

@@ -11,9 +11,10 @@ pub enum LogFormat {
 
 #[derive(Args, Debug)]
 pub struct LogArgs {
-    /// Log filter, e.g. `info` or `wasmraft_node=debug` (RUST_LOG overrides).
-    #[arg(long, global = true, default_value = "info", env = "WASMRAFT_LOG")]
-    pub log_level: String,
+    /// Log filter, e.g. `info` or `wasmraft_node=debug` (RUST_LOG
+    /// overrides). Default: `info` for nodes, `warn` for client commands.
+    #[arg(long, global = true, env = "WASMRAFT_LOG")]
+    pub log_level: Option<String>,
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASMRAFT_LOG_FORMAT")]
     pub log_format: LogFormat,
@@ -24,7 +25,7 @@ pub struct LogArgs {
 /// terminal (a log file gets no escape codes).
 pub fn init(args: &LogArgs, server: bool) {
     use std::io::IsTerminal;
-    let default = if server { args.log_level.as_str() } else { "warn" };
+    let default = args.log_level.as_deref().unwrap_or(if server { "info" } else { "warn" });
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -190,6 +190,12 @@ fn hint(error: &str) -> Option<&'static str> {
             "the node refused the connection: if the cluster asks for a client certificate, pass --cert and --key (or WASMRAFT_CERT, WASMRAFT_KEY)",
         );
     }
+    if lower.contains("connection refused") {
+        return Some(
+            "nothing listens at that address: is a node running there? (`wasmraft dev` serves 127.0.0.1:7379-7381; \
+             --endpoints or WASMRAFT_ENDPOINTS name others)",
+        );
+    }
     if !tls
         && (lower.contains("transport error")
             || lower.contains("cannot reach")

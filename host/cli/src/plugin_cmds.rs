@@ -39,18 +39,9 @@ pub struct DeployArgs {
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// How long to wait for every node to report its hash.
-    #[arg(long, default_value = "10s", value_parser = humantime_secs)]
-    pub timeout: Duration,
+    /// `--timeout` is how long to wait for every node to report its hash.
     #[command(flatten)]
     pub endpoints: Endpoints,
-}
-
-fn humantime_secs(s: &str) -> Result<Duration, String> {
-    let n = s.strip_suffix('s').unwrap_or(s);
-    n.parse::<u64>()
-        .map(Duration::from_secs)
-        .map_err(|_| format!("expected seconds such as 10s, got {s:?}"))
 }
 
 fn plugins(channel: Channel) -> PluginsClient<Channel> {
@@ -142,7 +133,7 @@ pub async fn check(a: CheckArgs) -> anyhow::Result<()> {
         .index;
     let tls = a.endpoints.tls()?;
     println!("hash check at index {index}");
-    let deadline = Instant::now() + a.timeout;
+    let deadline = Instant::now() + a.endpoints.timeout;
     let mut rows = Vec::new();
     for e in &a.endpoints.endpoints {
         let row = loop {

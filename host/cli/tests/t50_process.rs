@@ -482,3 +482,21 @@ fn the_request_limit_is_exact_over_grpc() {
         }
     });
 }
+
+/// With nothing listening, a write says it is retrying, gives up at
+/// `--timeout`, and says what to check.
+#[test]
+fn a_command_against_no_node_retries_visibly_and_stops_at_its_timeout() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = free.local_addr().unwrap().to_string();
+    drop(free);
+    let started = Instant::now();
+    let out = Command::new(BIN).args(["put", "k", "v", "--timeout", "1s", "--endpoints", &addr]).output().unwrap();
+    let elapsed = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("retrying: cannot reach any endpoint"), "{err}");
+    assert!(err.contains("is a node running there?"), "{err}");
+    assert!(!err.contains("TLS"), "no TLS hint for a refused connection: {err}");
+    assert!(elapsed < Duration::from_secs(10), "bounded by --timeout: {elapsed:?}");
+}

@@ -183,7 +183,6 @@ impl ClientError {
 }
 
 /// A client of one cluster, and a session for exactly-once proposals.
-#[derive(Debug)]
 pub struct Client {
     endpoints: Vec<Endpoint>,
     names: Vec<String>,
@@ -192,6 +191,18 @@ pub struct Client {
     session: u64,
     sequence: u64,
     retry_for: Duration,
+    on_retry: Option<std::sync::Arc<dyn Fn(&ClientError) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.names)
+            .field("current", &self.current)
+            .field("session", &self.session)
+            .field("retry_for", &self.retry_for)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A clone shares the connections but is a new session.
@@ -205,6 +216,7 @@ impl Clone for Client {
             session: new_session_id(),
             sequence: 0,
             retry_for: self.retry_for,
+            on_retry: self.on_retry.clone(),
         }
     }
 }
@@ -276,6 +288,7 @@ impl Client {
             session: new_session_id(),
             sequence: 0,
             retry_for: Duration::from_secs(15),
+            on_retry: None,
         })
     }
 
@@ -283,6 +296,13 @@ impl Client {
     /// (default 15 s). Zero: never retry.
     pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
         self.retry_for = retry_for;
+        self
+    }
+
+    /// Calls `f` with the reason each time a proposal is retried (a
+    /// command-line tool prints it, so that waiting is never silent).
+    pub fn on_retry(mut self, f: impl Fn(&ClientError) + Send + Sync + 'static) -> Self {
+        self.on_retry = Some(std::sync::Arc::new(f));
         self
     }
 
@@ -384,6 +404,9 @@ impl Client {
             match result {
                 Err(e) if retryable(&e) && tokio::time::Instant::now() + backoff < deadline => {
                     tracing::debug!(error = %e, client_id, sequence, "retrying a proposal");
+                    if let Some(f) = &self.on_retry {
+                        f(&e);
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                     self.current = (self.current + 1) % self.endpoints.len();
