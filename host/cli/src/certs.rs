@@ -32,6 +32,7 @@ const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 pub enum CertsCommand {
     /// Write a throwaway cluster CA, client CA, node certificates and client/admin
     /// certificates for a dev or test cluster (not for production).
+    #[command(after_help = "Examples:\n  wasmraft certs init certs --nodes 3\n  wasmraft certs init certs --nodes 5 --host node1.example --host 10.0.0.1 --force")]
     Init(InitArgs),
 }
 

@@ -179,24 +179,69 @@ pub struct PutArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  wasmraft get greeting\n  wasmraft get app/ --prefix\n  wasmraft get --all -w json\n  wasmraft get app/m --from-key --consistency e")]
 pub struct GetArgs {
-    pub key: String,
+    /// The key (not with --all).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub key: Option<String>,
     /// Every key that starts with KEY, printed as key and value lines.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "from_key")]
     pub prefix: bool,
+    /// Every key from KEY on, in key order.
+    #[arg(long)]
+    pub from_key: bool,
+    /// Every key.
+    #[arg(long, conflicts_with_all = ["prefix", "from_key"])]
+    pub all: bool,
     /// Read consistency.
     #[arg(long, value_enum, default_value = "l")]
     pub consistency: ConsistencyArg,
+    /// Output format (JSON: keys and values as text, or base64 under
+    /// `key_base64`/`value_base64` when not UTF-8).
+    #[arg(short = 'w', long = "write-out", value_enum, default_value_t)]
+    pub write_out: crate::views::WriteOut,
     #[command(flatten)]
     pub endpoints: Endpoints,
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  wasmraft del greeting\n  wasmraft del app/ --prefix\n  wasmraft del --all --yes")]
 pub struct DelArgs {
-    pub key: String,
+    /// The key (not with --all).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub key: Option<String>,
     /// Every key that starts with KEY.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "from_key")]
     pub prefix: bool,
+    /// Every key from KEY on.
+    #[arg(long)]
+    pub from_key: bool,
+    /// Every key: asks for confirmation on a terminal, needs --yes otherwise.
+    #[arg(long, conflicts_with_all = ["prefix", "from_key"])]
+    pub all: bool,
+    /// Do not ask before deleting every key.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+/// Which keys the flags select, and the key they start from.
+fn selection(key: &Option<String>, prefix: bool, from_key: bool, all: bool) -> (String, kv::Keys) {
+    let keys = match (prefix, from_key, all) {
+        (_, _, true) => kv::Keys::All,
+        (true, _, _) => kv::Keys::Prefix,
+        (_, true, _) => kv::Keys::FromKey,
+        _ => kv::Keys::One,
+    };
+    (key.clone().unwrap_or_default(), keys)
+}
+
+#[derive(Args, Debug)]
+pub struct MembersArgs {
+    /// Output format.
+    #[arg(short = 'w', long = "write-out", value_enum, default_value_t)]
+    pub write_out: crate::views::WriteOut,
     #[command(flatten)]
     pub endpoints: Endpoints,
 }
@@ -205,6 +250,7 @@ pub struct DelArgs {
 pub enum MemberCommand {
     /// Add node ID, whose peer (Raft) address is ADDRESS, as a learner
     /// (start it first with `join = true` in its config).
+    #[command(after_help = "Example:\n  wasmraft member add-learner 4 10.0.0.4:7480")]
     AddLearner {
         id: u64,
         address: String,
@@ -212,12 +258,14 @@ pub enum MemberCommand {
         endpoints: Endpoints,
     },
     /// Make learner ID a voter.
+    #[command(after_help = "Example:\n  wasmraft member promote 4")]
     Promote {
         id: u64,
         #[command(flatten)]
         endpoints: Endpoints,
     },
     /// Remove member ID from the cluster.
+    #[command(after_help = "Example:\n  wasmraft member remove 4")]
     Remove {
         id: u64,
         #[command(flatten)]
@@ -306,13 +354,28 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
 }
 
 pub async fn get(a: GetArgs) -> anyhow::Result<()> {
-    let bytes = a
-        .endpoints
-        .client()?
-        .query(kv::range(&a.key, a.prefix), a.consistency.into())
-        .await?;
+    let (key, keys) = selection(&a.key, a.prefix, a.from_key, a.all);
+    let bytes = a.endpoints.client()?.query(kv::range(&key, keys), a.consistency.into()).await?;
     let range = kv::expect_range(kv::decode(&bytes)?)?;
-    if a.prefix {
+    if a.write_out == crate::views::WriteOut::Json {
+        let kvs: Vec<serde_json::Value> = range
+            .kvs
+            .iter()
+            .map(|kv| {
+                let mut o = serde_json::Map::new();
+                crate::views::bytes_field(&mut o, "key", &kv.key);
+                crate::views::bytes_field(&mut o, "value", &kv.value);
+                o.insert("create_revision".into(), kv.create_revision.into());
+                o.insert("mod_revision".into(), kv.mod_revision.into());
+                o.insert("version".into(), kv.version.into());
+                serde_json::Value::Object(o)
+            })
+            .collect();
+        let revision = range.header.map_or(0, |h| h.revision);
+        let doc = serde_json::json!({ "revision": revision, "count": range.count, "kvs": kvs });
+        return stdout_bytes(serde_json::to_string_pretty(&doc)?.as_bytes());
+    }
+    if keys != kv::Keys::One {
         for kv in range.kvs {
             stdout_bytes(&kv.key)?;
             stdout_bytes(&kv.value)?;
@@ -321,16 +384,25 @@ pub async fn get(a: GetArgs) -> anyhow::Result<()> {
     }
     match range.kvs.first() {
         Some(kv) => stdout_bytes(&kv.value),
-        None => bail!("key {:?} not found", a.key),
+        None => bail!("key {key:?} not found"),
     }
 }
 
 pub async fn del(a: DelArgs) -> anyhow::Result<()> {
-    let r = a
-        .endpoints
-        .client()?
-        .propose(kv::delete(&a.key, a.prefix))
-        .await?;
+    let (key, keys) = selection(&a.key, a.prefix, a.from_key, a.all);
+    if keys == kv::Keys::All && !a.yes {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            bail!("del --all deletes every key: add --yes to confirm");
+        }
+        eprint!("delete every key of the cluster at {}? type yes: ", a.endpoints.endpoints.join(","));
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if answer.trim() != "yes" {
+            bail!("nothing deleted");
+        }
+    }
+    let r = a.endpoints.client()?.propose(kv::delete(&key, keys)).await?;
     match kv::decode(&r.result)? {
         Response::ResponseDeleteRange(d) => println!("{}", d.deleted),
         other => bail!("unexpected response {other:?}"),
@@ -338,9 +410,16 @@ pub async fn del(a: DelArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
+pub async fn status(a: crate::views::StatusCmdArgs) -> anyhow::Result<()> {
+    if a.all {
+        return crate::views::status_all(&a).await;
+    }
     let s = a.endpoints.client()?.status().await?;
-    let plugin = s.plugin.unwrap_or_default();
+    if a.write_out == crate::views::WriteOut::Json {
+        stdout_bytes(serde_json::to_string_pretty(&crate::views::status_json(&s))?.as_bytes())?;
+        return status_verdict(&s);
+    }
+    let plugin = s.plugin.clone().unwrap_or_default();
     let leader = if s.leader_id == 0 {
         "none".to_string()
     } else {
@@ -377,8 +456,12 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
         text.push_str(&format!("\nFATAL:    {}", s.fatal));
     }
     stdout_bytes(text.as_bytes())?;
-    // A node that serves nothing makes the command fail, for scripts and
-    // health checks.
+    status_verdict(&s)
+}
+
+/// A node that serves nothing makes the command fail, for scripts and
+/// health checks.
+fn status_verdict(s: &wasmraft_client::StatusResponse) -> anyhow::Result<()> {
     if !s.fatal.is_empty() {
         bail!("node {} is fatal: {}", s.id, s.fatal);
     }
@@ -448,13 +531,27 @@ async fn admin(endpoints: &Endpoints) -> anyhow::Result<AdminClient<Channel>> {
     Ok(AdminClient::new(channel))
 }
 
-pub async fn members(a: StatusArgs) -> anyhow::Result<()> {
+pub async fn members(a: MembersArgs) -> anyhow::Result<()> {
     let r = admin(&a.endpoints)
         .await?
         .members(MembersRequest {})
         .await
         .map_err(status_error)?
         .into_inner();
+    if a.write_out == crate::views::WriteOut::Json {
+        let members: Vec<serde_json::Value> = r
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "id": m.id, "role": m.role, "leader": m.id == r.leader_id, "peer_address": m.address,
+                    "client_address": m.client_address, "matched": m.matched,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({ "leader_id": r.leader_id, "members": members });
+        return stdout_bytes(serde_json::to_string_pretty(&doc)?.as_bytes());
+    }
     let mut text = format!(
         "{:<6} {:<15} {:<24} {:<24} {}",
         "ID", "ROLE", "PEER ADDRESS", "CLIENT ADDRESS", "MATCHED"

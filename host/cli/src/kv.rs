@@ -14,14 +14,38 @@ pub fn put(key: &str, value: &[u8]) -> Vec<u8> {
     encode(Request::RequestPut(PutRequest { key: key.into(), value: value.to_vec(), ..Default::default() }))
 }
 
-pub fn range(key: &str, prefix: bool) -> Vec<u8> {
-    let range_end = if prefix { wasmraft_proto::prefix_range_end(key.as_bytes()) } else { Vec::new() };
-    encode(Request::RequestRange(RangeRequest { key: key.into(), range_end, ..Default::default() }))
+/// Which keys a get or del addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// KEY alone.
+    One,
+    /// Every key that starts with KEY.
+    Prefix,
+    /// Every key from KEY on.
+    FromKey,
+    /// Every key.
+    All,
 }
 
-pub fn delete(key: &str, prefix: bool) -> Vec<u8> {
-    let range_end = if prefix { wasmraft_proto::prefix_range_end(key.as_bytes()) } else { Vec::new() };
-    encode(Request::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end, prev_kv: false }))
+/// etcd's key and range end for `keys` around `key`.
+fn bounds(key: &str, keys: Keys) -> (Vec<u8>, Vec<u8>) {
+    match keys {
+        Keys::One => (key.into(), Vec::new()),
+        Keys::Prefix if key.is_empty() => (vec![0], vec![0]),
+        Keys::Prefix => (key.into(), wasmraft_proto::prefix_range_end(key.as_bytes())),
+        Keys::FromKey => (key.into(), vec![0]),
+        Keys::All => (vec![0], vec![0]),
+    }
+}
+
+pub fn range(key: &str, keys: Keys) -> Vec<u8> {
+    let (key, range_end) = bounds(key, keys);
+    encode(Request::RequestRange(RangeRequest { key, range_end, ..Default::default() }))
+}
+
+pub fn delete(key: &str, keys: Keys) -> Vec<u8> {
+    let (key, range_end) = bounds(key, keys);
+    encode(Request::RequestDeleteRange(DeleteRangeRequest { key, range_end, prev_kv: false }))
 }
 
 pub fn decode(bytes: &[u8]) -> anyhow::Result<Response> {

@@ -10,6 +10,7 @@ mod plugin_cmds;
 mod plugin_new;
 mod run;
 mod snapshot_cmds;
+mod views;
 
 use clap::{Parser, Subcommand};
 
@@ -35,13 +36,16 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a node from a TOML configuration file.
+    #[command(after_help = "Example:\n  wasmraft run --config node1.toml\n\nThe file: id, data_dir, listen, peer_listen, [peers], [raft], [limits], [tls], [etcd] (see the README).")]
     Run(run::RunArgs),
     /// Start a local 3-node cluster with the KV plugin (state in a temporary
     /// directory unless --data-dir is given) and print its endpoints.
+    #[command(after_help = "Examples:\n  wasmraft dev\n  wasmraft dev --data-dir /tmp/wasmraft --metrics-listen 127.0.0.1:9379\n  wasmraft dev --plugin plugins/target/components/counter.wasm")]
     Dev(dev::DevArgs),
     /// Store VALUE under KEY (KV plugin); `-` reads the value from standard
     /// input, `--from-file PATH` from a file (values of any size up to the
     /// request limit, any bytes).
+    #[command(after_help = "Examples:\n  wasmraft put greeting hello\n  wasmraft put config/app.json --from-file app.json\n  tar c dir | wasmraft put backups/dir.tar -")]
     Put(client_cmds::PutArgs),
     /// Print the value of KEY, or with --prefix every key and value under it (KV plugin).
     Get(client_cmds::GetArgs),
@@ -49,19 +53,26 @@ enum Command {
     Del(client_cmds::DelArgs),
     /// Print changes to keys under a prefix as they are applied (KV plugin),
     /// until Ctrl-C.
+    #[command(after_help = "Examples:\n  wasmraft watch app/\n  wasmraft watch            # every key")]
     Watch(client_cmds::WatchArgs),
     /// List the cluster's members, their roles and (from the leader) progress.
-    Members(client_cmds::StatusArgs),
+    #[command(after_help = "Examples:\n  wasmraft members\n  wasmraft members -w json --endpoints 127.0.0.1:7380")]
+    Members(client_cmds::MembersArgs),
     /// Change membership: add-learner ID ADDRESS, promote ID, remove ID.
     #[command(subcommand)]
+    #[command(after_help = "Examples:\n  wasmraft member add-learner 4 10.0.0.4:7480\n  wasmraft member promote 4\n  wasmraft member remove 4")]
     Member(client_cmds::MemberCommand),
     /// Hand leadership to the voter ID.
+    #[command(after_help = "Example:\n  wasmraft transfer-leader 2")]
     TransferLeader(client_cmds::TransferArgs),
     /// Show a node's Raft and plugin status.
-    Status(client_cmds::StatusArgs),
+    #[command(after_help = "Examples:\n  wasmraft status\n  wasmraft status --all          # a table of every endpoint; fails if one is unhealthy\n  wasmraft status -w json --endpoints 127.0.0.1:7381")]
+    Status(views::StatusCmdArgs),
     /// Propose a raw command to any plugin and print its response.
+    #[command(after_help = "Examples:\n  wasmraft propose \"deposit alice 10\"     # a text command for the running plugin\n  printf '\\x01\\x02' | wasmraft propose --stdin")]
     Propose(client_cmds::ProposeArgs),
     /// Run a raw read-only query on any plugin and print its response.
+    #[command(after_help = "Examples:\n  wasmraft query total\n  wasmraft query --consistency e \"balance alice\"")]
     Query(client_cmds::QueryArgs),
     /// Deploy a plugin through the log, show the running one, or start a new one.
     #[command(subcommand)]
@@ -71,6 +82,7 @@ enum Command {
     Certs(certs::CertsCommand),
     /// Check that every replica's keyspace is identical at one index (each
     /// node hashes it; mismatches are reported and the command fails).
+    #[command(after_help = "Example:\n  wasmraft check --timeout 30s")]
     Check(plugin_cmds::CheckArgs),
     /// Restore a backup (`etcdctl snapshot save`) into a new cluster.
     #[command(subcommand)]
@@ -216,5 +228,25 @@ mod tests {
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+
+    /// Every command a user runs shows an example in its `--help`.
+    #[test]
+    fn every_command_has_an_example_in_its_help() {
+        use clap::CommandFactory;
+        fn leaves(c: &clap::Command, path: String, out: &mut Vec<(String, String)>) {
+            if c.get_subcommands().next().is_none() {
+                let help = format!("{}{}", c.get_after_help().map(|h| h.to_string()).unwrap_or_default(), c.get_long_about().map(|h| h.to_string()).unwrap_or_default());
+                out.push((path.clone(), help));
+            }
+            for sub in c.get_subcommands() {
+                leaves(sub, format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut all = Vec::new();
+        leaves(&super::Cli::command(), "wasmraft".into(), &mut all);
+        assert!(all.len() > 15, "{all:?}");
+        let missing: Vec<&String> = all.iter().filter(|(_, help)| !help.contains("Example")).map(|(p, _)| p).collect();
+        assert!(missing.is_empty(), "no example in the help of: {missing:?}");
     }
 }

@@ -17,11 +17,14 @@ pub enum PluginCommand {
     /// Deploy FILE.wasm through the log: every replica validates it, runs its
     /// migrate export and switches to it at the same index. A bad binary is
     /// refused and changes nothing.
+    #[command(after_help = "Examples:\n  wasmraft plugin deploy target/wasm32-unknown-unknown/release/tally.wasm\n  wasmraft plugin deploy --force plugins/target/components/counter.wasm   # replaces a plugin of another name")]
     Deploy(DeployArgs),
     /// Show the running plugin: name, version, hash, the index it was
     /// deployed at.
+    #[command(after_help = "Example:\n  wasmraft plugin info --endpoints 127.0.0.1:7380")]
     Info(StatusArgs),
     /// Write a new Rust plugin crate from the SDK's template.
+    #[command(after_help = "Example:\n  wasmraft plugin new tally      # prints how to build, test and deploy it")]
     New(crate::plugin_new::NewArgs),
 }
 
