@@ -321,6 +321,12 @@ pub struct QueryArgs {
     pub endpoints: Endpoints,
 }
 
+/// Writes a line and flushes it; `false` once the reader went away.
+pub fn print_line(bytes: &[u8]) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes).and_then(|()| out.write_all(b"\n")).and_then(|()| out.flush()).is_ok()
+}
+
 /// Writes `bytes` and a newline; a reader that went away (`| head`) is fine.
 fn stdout_bytes(bytes: &[u8]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -504,27 +510,6 @@ pub async fn query(a: QueryArgs) -> anyhow::Result<()> {
 }
 
 /// Prints `PUT key value` / `DELETE key` lines, one per event, like etcdctl.
-pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
-    use prost::Message;
-    use wasmraft_proto::mvccpb::{Event, event::EventType};
-    let mut stream = a.endpoints.client()?.watch(a.prefix.into_bytes()).await?;
-    while let Some(item) = stream.message().await? {
-        let ev = Event::decode(item.payload.as_slice())
-            .context("event is not an mvccpb.Event (KV plugin?)")?;
-        let kv = ev.kv.unwrap_or_default();
-        let line = match EventType::try_from(ev.r#type) {
-            Ok(EventType::Put) => format!(
-                "PUT {} {}",
-                String::from_utf8_lossy(&kv.key),
-                String::from_utf8_lossy(&kv.value)
-            ),
-            _ => format!("DELETE {}", String::from_utf8_lossy(&kv.key)),
-        };
-        stdout_bytes(line.as_bytes())?;
-    }
-    Ok(())
-}
-
 /// An admin client of the first endpoint that answers.
 async fn admin(endpoints: &Endpoints) -> anyhow::Result<AdminClient<Channel>> {
     let (_, channel) = endpoints.channels().await?.remove(0);

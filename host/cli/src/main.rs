@@ -11,6 +11,7 @@ mod plugin_new;
 mod run;
 mod snapshot_cmds;
 mod views;
+mod watch_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -155,7 +156,7 @@ fn main() -> std::process::ExitCode {
             Command::Get(a) => client_cmds::get(a).await,
             Command::Del(a) => client_cmds::del(a).await,
             Command::Status(a) => client_cmds::status(a).await,
-            Command::Watch(a) => client_cmds::watch(a).await,
+            Command::Watch(a) => watch_cmd::watch(a).await,
             Command::Members(a) => client_cmds::members(a).await,
             Command::TransferLeader(a) => client_cmds::transfer_leader(a).await,
             Command::Member(c) => client_cmds::member(c).await,

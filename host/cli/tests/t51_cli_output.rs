@@ -51,3 +51,56 @@ async fn keys_status_and_members_print_for_people_and_scripts() {
     assert_eq!(text(&cluster.cli(&["del", "--all", "--yes"])), "4\n");
     assert_eq!(text(&cluster.cli(&["get", "--all"])), "");
 }
+
+/// `wasmraft watch` on a node that dies resumes on the next endpoint from
+/// the revision after the last change it printed: every change once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumes_on_another_node_without_missing_or_repeating_a_change() {
+    use std::io::{BufRead, BufReader};
+    let _serial = serial();
+    let mut cluster = Cluster::start(3).await;
+    let first = cluster.ids()[0];
+    let mut order = vec![cluster.addr(first).to_string()];
+    order.extend(cluster.ids().into_iter().skip(1).map(|i| cluster.addr(i).to_string()));
+    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_wasmraft"))
+        .args(["watch", "w/", "--endpoints", &order.join(",")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Until the watch runs, a marker goes unseen.
+    let mut seen = Vec::new();
+    for i in 0.. {
+        text(&cluster.cli(&["put", "w/marker", &i.to_string()]));
+        if let Ok(line) = rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            seen.push(line);
+            break;
+        }
+        assert!(i < 100, "the watch never started");
+    }
+    text(&cluster.cli(&["put", "w/a", "1"]));
+    // The node it watches on dies; changes go on meanwhile.
+    cluster.kill9(first);
+    for (k, v) in [("w/b", "2"), ("w/a", "3"), ("w/c", "4")] {
+        text(&cluster.cli(&["put", k, v]));
+    }
+    text(&cluster.cli(&["del", "w/b"]));
+    while !seen.iter().any(|l| l == "DELETE w/b") {
+        let line = rx.recv_timeout(std::time::Duration::from_secs(20)).unwrap_or_else(|_| panic!("stuck after {seen:?}"));
+        seen.push(line);
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut watch.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains(&format!("watch on {} interrupted", cluster.addr(first))) && stderr.contains("resuming on"), "{stderr}");
+    let after_marker: Vec<&str> = seen.iter().map(String::as_str).filter(|l| !l.starts_with("PUT w/marker")).collect();
+    assert_eq!(after_marker, ["PUT w/a 1", "PUT w/b 2", "PUT w/a 3", "PUT w/c 4", "DELETE w/b"]);
+}
