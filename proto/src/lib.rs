@@ -48,3 +48,19 @@ pub fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
 pub const ERROR_KEY: &str = "wasmraft-error";
 /// The `wasmraft-leader-id` metadata key of not-leader errors.
 pub const LEADER_KEY: &str = "wasmraft-leader-id";
+
+/// An error and its causes, `: `-separated: tonic's own messages ("transport
+/// error") hide what went wrong (a refused connection, an unknown CA).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}

@@ -367,7 +367,8 @@ async fn lane_task(id: u64, addr: String, kind: LaneKind, lane: LaneReceiver, li
             Ok(c) => c,
             Err(e) => {
                 if failures.is_multiple_of(50) {
-                    tracing::warn!(peer = id, %addr, lane = kind.name(), error = %e, "cannot reach peer");
+                    let cause = wasmraft_proto::error_chain(&e);
+                    tracing::warn!(peer = id, %addr, lane = kind.name(), error = %cause, "cannot reach peer");
                 }
                 failures += 1;
                 // Messages for an unreachable peer are stale by the time it is back.
@@ -379,7 +380,7 @@ async fn lane_task(id: u64, addr: String, kind: LaneKind, lane: LaneReceiver, li
             }
         };
         if failures > 0 {
-            tracing::info!(peer = id, %addr, lane = kind.name(), "connected to peer");
+            tracing::info!(peer = id, %addr, lane = kind.name(), failed_attempts = failures, "connected to peer again");
         }
         failures = 0;
         let mut client = RaftClient::new(channel).max_encoding_message_size(64 << 20);

@@ -155,21 +155,7 @@ fn status_text(status: &tonic::Status) -> String {
     }
 }
 
-/// An error and its causes, `: `-separated: tonic's own messages ("transport
-/// error") hide what went wrong (a refused connection, an unknown CA).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
-}
+pub use wasmraft_proto::error_chain;
 
 impl ClientError {
     /// The `wasmraft-error` reason of a node's error (`not-leader`,
