@@ -51,13 +51,13 @@ apt_install() {
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v clang >/dev/null 2>&1 || need+=(clang)
-ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+ldconfig -p 2>/dev/null | grep 'libclang[-.0-9]*\.so' >/dev/null || ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
 
 # 2. The wasm32 target for plugins: rustup's if it can be had, else
 #    Debian's rustc-web, which compiles the standard library itself.
-if command -v rustup >/dev/null 2>&1 && { rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
+if command -v rustup >/dev/null 2>&1 && { rustup target list --installed 2>/dev/null | grep -x wasm32-unknown-unknown >/dev/null \
      || rustup target add wasm32-unknown-unknown >&2; }; then
   say "guest toolchain: rustup stable, wasm32-unknown-unknown"
   echo "unset WASMRAFT_GUEST_CARGO WASMRAFT_GUEST_CARGO_ARGS"
@@ -112,7 +112,7 @@ GO_BOOTSTRAP=go1.24.5
 ETCD_TOOLS="$TOOLS/etcd-$ETCD_VERSION"
 ETCDCTL="$ETCD_TOOLS/etcdctl"
 ETCD_BENCHMARK="$ETCD_TOOLS/benchmark"
-go_ok() { "$1" version 2>/dev/null | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'; }
+go_ok() { "$1" version 2>/dev/null | grep -E 'go1\.(2[1-9]|[3-9][0-9])' >/dev/null; }
 GO=""
 if [ "$WANT_ETCDCTL" = 1 ]; then
   for g in go /usr/local/go/bin/go "$TOOLS/go/bin/go"; do
@@ -159,7 +159,9 @@ if [ "$WANT_ETCDCTL" = 1 ]; then
   )
 fi
 if [ "$WANT_ETCDCTL" = 1 ]; then
-  "$ETCDCTL" version | head -1 | sed 's/^/setup: /' >&2
+  # sed reads all of it: a reader that stops early (head) would end
+  # etcdctl with SIGPIPE, which pipefail turns into a failed setup.
+  "$ETCDCTL" version | sed -n '1s/^/setup: /p' >&2
   printf 'export WASMRAFT_ETCD_CLIENT_CHECK=%q\n' "$CLIENT_CHECK"
   printf 'export WASMRAFT_ETCDCTL=%q\n' "$ETCDCTL"
   printf 'export WASMRAFT_ETCD_BENCHMARK=%q\n' "$ETCD_BENCHMARK"
