@@ -7,7 +7,9 @@
 //     nothing read changed) from concurrent workers conserve the total;
 //   - a watcher on the accounts, connected to one member only, sees every
 //     revision from its start on exactly once, in order, without a gap,
-//     resuming by itself when its member or the leader goes away.
+//     resuming by itself when its member or the leader goes away;
+//   - once the history is compacted, a watch from below the compacted
+//     revision ends with a response naming it and etcd's ErrCompacted.
 //
 // It prints "ready" once the accounts exist (the caller may then kill and
 // restart members), runs for -duration, then prints a summary line
@@ -21,6 +23,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
@@ -31,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -234,7 +238,63 @@ func run(endpoints []string, watchAt string, accounts, workers int, duration tim
 	if next-1 < end {
 		return fmt.Errorf("the watcher stopped at revision %d of %d", next-1, end)
 	}
+	if err := watchCompacted(cli, wcli, start+1, end); err != nil {
+		return err
+	}
 	fmt.Printf("ok transfers=%d failed=%d revisions=%d..%d events=%d total=%d\n",
 		committed.Load(), failed.Load(), start+1, end, len(seen), total)
+	return nil
+}
+
+// retry runs f with a fresh 5-second context until it succeeds, for a
+// cluster whose members were just killed and restarted.
+func retry(what string, f func(ctx context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := f(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if attempt == 20 {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// watchCompacted compacts the history at end and watches from start,
+// below it, on the watcher's member: clientv3 must deliver one response
+// that names the compacted revision, with ErrCompacted, as from etcd.
+func watchCompacted(cli, wcli *clientv3.Client, start, end int64) error {
+	err := retry("compacting", func(ctx context.Context) error {
+		_, err := cli.Compact(ctx, end)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return nil // an attempt that timed out went through
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// A linearizable read on the watcher's member: it has applied the
+	// compaction before the watch starts.
+	err = retry("reading from the watcher's member", func(ctx context.Context) error {
+		_, err := wcli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wr, ok := <-wcli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(start))
+	if !ok {
+		return fmt.Errorf("the watch from compacted revision %d closed without a response", start)
+	}
+	if wr.CompactRevision != end || !errors.Is(wr.Err(), rpctypes.ErrCompacted) {
+		return fmt.Errorf("the watch from compacted revision %d got compact revision %d and error %v, not %d and %v",
+			start, wr.CompactRevision, wr.Err(), end, rpctypes.ErrCompacted)
+	}
 	return nil
 }

@@ -3,7 +3,9 @@
 //! `scripts/setup.sh`): STM transfers between accounts from concurrent
 //! workers conserve the total, and a watcher pinned to one member sees
 //! every revision exactly once, in order, while the leader is killed with
-//! SIGKILL and restarted, and then the watcher's own member too; and a
+//! SIGKILL and restarted, and then the watcher's own member too, after
+//! which a watch from below a compaction gets etcd's `ErrCompacted` with
+//! the compacted revision; and a
 //! get/put/delete/compare-and-swap history recorded by clientv3 under
 //! SIGKILL and SIGSTOP of leaders is linearizable (the project's checker).
 

@@ -40,12 +40,50 @@ pub(crate) fn header(rev: &Revision) -> Option<ResponseHeader> {
     Some(ResponseHeader { revision: rev.current(), ..Default::default() })
 }
 
-const ERR_EMPTY_KEY: &str = "etcdserver: key is not provided";
+pub(crate) const ERR_EMPTY_KEY: &str = "etcdserver: key is not provided";
+pub(crate) const ERR_KEY_NOT_FOUND: &str = "etcdserver: key not found";
+const ERR_LEASE_NOT_FOUND: &str = "etcdserver: requested lease not found";
 
-pub(crate) fn range(r: &RangeRequest, rev: &Revision) -> Result<RangeResponse, KvError> {
+/// etcd's checkRangeRequest: what no range may hold, whatever the state.
+pub(crate) fn check_range(r: &RangeRequest) -> Result<(), KvError> {
     if r.key.is_empty() {
         return Err(KvError::Invalid(ERR_EMPTY_KEY));
     }
+    if SortOrder::try_from(r.sort_order).is_err() || SortTarget::try_from(r.sort_target).is_err() {
+        return Err(KvError::Invalid("etcdserver: invalid sort option"));
+    }
+    Ok(())
+}
+
+/// etcd's checkPutRequest: what no put may hold, whatever the state.
+pub(crate) fn check_put(r: &PutRequest) -> Result<(), KvError> {
+    if r.key.is_empty() {
+        return Err(KvError::Invalid(ERR_EMPTY_KEY));
+    }
+    if r.ignore_value && !r.value.is_empty() {
+        return Err(KvError::Invalid("etcdserver: value is provided"));
+    }
+    if r.ignore_lease && r.lease != 0 {
+        return Err(KvError::Invalid("etcdserver: lease is provided"));
+    }
+    Ok(())
+}
+
+/// etcd's checkPut, which a txn runs on the puts of its path against the
+/// state before it writes: an ignored value or lease needs the key, and
+/// no lease exists.
+pub(crate) fn check_put_state(r: &PutRequest) -> Result<(), KvError> {
+    if (r.ignore_value || r.ignore_lease) && keyspace::count(&r.key, &[]) == 0 {
+        return Err(KvError::Rejected(ERR_KEY_NOT_FOUND));
+    }
+    if r.lease != 0 {
+        return Err(KvError::Rejected(ERR_LEASE_NOT_FOUND));
+    }
+    Ok(())
+}
+
+pub(crate) fn range(r: &RangeRequest, rev: &Revision) -> Result<RangeResponse, KvError> {
+    check_range(r)?;
     let revision = history::check_readable(r.revision, rev)?;
     let target = SortTarget::try_from(r.sort_target).unwrap_or(SortTarget::Key);
     let mut order = SortOrder::try_from(r.sort_order).unwrap_or(SortOrder::None);
@@ -117,18 +155,14 @@ fn sort(kvs: &mut [KeyValue], target: SortTarget, order: SortOrder) {
 }
 
 pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvError> {
-    if r.key.is_empty() {
-        return Err(KvError::Invalid(ERR_EMPTY_KEY));
-    }
-    if r.ignore_lease && r.lease != 0 {
-        return Err(KvError::Invalid("etcdserver: lease is provided"));
-    }
+    check_put(r)?;
+    // etcd's Put looks the lease up before the key.
     if r.lease != 0 {
-        return Err(KvError::Rejected("etcdserver: requested lease not found"));
+        return Err(KvError::Rejected(ERR_LEASE_NOT_FOUND));
     }
     let prev = keyspace::get(&r.key);
     if (r.ignore_value || r.ignore_lease) && prev.is_none() {
-        return Err(KvError::Rejected("etcdserver: key not found"));
+        return Err(KvError::Rejected(ERR_KEY_NOT_FOUND));
     }
     let value = match (&prev, r.ignore_value) {
         (Some(p), true) => p.value.clone(),

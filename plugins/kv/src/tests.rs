@@ -6,7 +6,10 @@ use wasmraft_sdk::testing::TestHost;
 use wasmraft_sdk::{ApplyError, PluginInfo, QueryError, store};
 
 use crate::Kv;
-use crate::pb::etcdserverpb::{CompactionRequest, DeleteRangeRequest, PutRequest, RangeRequest, TxnRequest};
+use crate::pb::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use crate::pb::etcdserverpb::request_op::Request as Op;
+use crate::pb::etcdserverpb::response_op::Response as Resp2;
+use crate::pb::etcdserverpb::{Compare, CompactionRequest, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest};
 use crate::pb::kvplugin::request::Request as Req;
 use crate::pb::kvplugin::response::Response as Resp;
 use crate::pb::kvplugin::{EventsRequest, HashRequest, Request, Response};
@@ -339,11 +342,132 @@ fn ignore_value_and_ignore_lease_need_the_key_and_keep_what_they_ignore() {
         bytes(Req::RequestPut(PutRequest { key: "k".into(), value: value.into(), ignore_value, ignore_lease, lease, prev_kv: false }))
     };
     let not_found = ApplyError::rejected("etcdserver: key not found");
-    assert_eq!(h.apply(ignoring("x", true, false, 0)).unwrap_err(), not_found);
+    assert_eq!(h.apply(ignoring("", true, false, 0)).unwrap_err(), not_found);
     assert_eq!(h.apply(ignoring("x", false, true, 0)).unwrap_err(), not_found);
     assert_eq!(h.apply(ignoring("x", false, true, 7)).unwrap_err(), ApplyError::invalid("etcdserver: lease is provided"));
     put(&mut h, "k", "first");
-    h.apply(ignoring("ignored", true, false, 0)).unwrap();
+    // etcd refuses a value to ignore, whether or not the key exists.
+    assert_eq!(h.apply(ignoring("ignored", true, false, 0)).unwrap_err(), ApplyError::invalid("etcdserver: value is provided"));
+    h.apply(ignoring("", true, false, 0)).unwrap();
+    assert_eq!(range_at(&h, 0).unwrap(), pairs(&[("k", "first")]));
     h.apply(ignoring("second", false, true, 0)).unwrap();
     assert_eq!(range_at(&h, 0).unwrap(), pairs(&[("k", "second")]));
+}
+
+fn put_op(key: &str, value: &str) -> RequestOp {
+    RequestOp { request: Some(Op::RequestPut(PutRequest { key: key.into(), value: value.into(), ..Default::default() })) }
+}
+
+fn delete_op(key: &str, range_end: &str) -> RequestOp {
+    RequestOp { request: Some(Op::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end: range_end.into(), prev_kv: false })) }
+}
+
+fn range_op(key: &str) -> RequestOp {
+    RequestOp { request: Some(Op::RequestRange(RangeRequest { key: key.into(), ..Default::default() })) }
+}
+
+fn txn_op(txn: TxnRequest) -> RequestOp {
+    RequestOp { request: Some(Op::RequestTxn(txn)) }
+}
+
+fn then(success: Vec<RequestOp>) -> TxnRequest {
+    TxnRequest { success, ..Default::default() }
+}
+
+fn apply_txn(h: &mut TestHost<Kv>, txn: TxnRequest) -> Result<crate::pb::etcdserverpb::TxnResponse, ApplyError> {
+    match answer(h.apply(bytes(Req::RequestTxn(txn)))?) {
+        Resp::ResponseTxn(t) => Ok(t),
+        other => panic!("{other:?}"),
+    }
+}
+
+const DUPLICATE: &str = "etcdserver: duplicate key given in txn request";
+
+#[test]
+fn a_txn_writes_a_key_once_across_nested_txns_as_etcd_checks() {
+    let mut h = TestHost::<Kv>::new();
+    let refused = |h: &mut TestHost<Kv>, txn: TxnRequest| assert_eq!(apply_txn(h, txn).unwrap_err(), ApplyError::invalid(DUPLICATE));
+    refused(&mut h, then(vec![put_op("k", "1"), put_op("k", "2")]));
+    refused(&mut h, then(vec![put_op("k", "1"), txn_op(then(vec![put_op("k", "2")]))]));
+    refused(&mut h, then(vec![txn_op(then(vec![put_op("k", "2")])), put_op("k", "1")]));
+    refused(&mut h, then(vec![delete_op("a", "c"), put_op("b", "1")]));
+    refused(&mut h, then(vec![delete_op("b", ""), txn_op(then(vec![put_op("b", "1")]))]));
+    refused(&mut h, then(vec![txn_op(then(vec![delete_op("a", "c")])), put_op("b", "1")]));
+    refused(&mut h, then(vec![txn_op(then(vec![put_op("b", "1")])), txn_op(then(vec![put_op("b", "2")]))]));
+    // Nothing of a refused txn was written.
+    assert_eq!(range_at(&h, 0).unwrap(), pairs(&[]));
+
+    // Allowed, as by etcd: the two branches of one nested txn put the same
+    // key (only one runs); a put outside a deleted range; and a delete
+    // "from key" (range end "\0"), which etcd's check covers nothing with.
+    let branches = TxnRequest { success: vec![put_op("b", "then")], failure: vec![put_op("b", "else")], ..Default::default() };
+    apply_txn(&mut h, then(vec![txn_op(branches)])).unwrap();
+    apply_txn(&mut h, then(vec![delete_op("a", "b"), put_op("b", "2")])).unwrap();
+    apply_txn(&mut h, then(vec![put_op("c", "1"), delete_op("a", "\0"), put_op("d", "1")])).unwrap();
+    assert_eq!(range_at(&h, 0).unwrap(), pairs(&[("d", "1")]), "in op order: c put, then a.. deleted, then d put");
+}
+
+#[test]
+fn nested_compares_read_the_state_before_the_txn_writes() {
+    let mut h = TestHost::<Kv>::new();
+    put(&mut h, "k", "old");
+    let is_old = Compare {
+        key: "k".into(),
+        target: CompareTarget::Value as i32,
+        result: CompareResult::Equal as i32,
+        target_union: Some(TargetUnion::Value("old".into())),
+        ..Default::default()
+    };
+    let nested = TxnRequest { compare: vec![is_old], success: vec![put_op("seen", "old")], failure: vec![put_op("seen", "new")] };
+    let t = apply_txn(&mut h, then(vec![put_op("k", "new"), txn_op(nested)])).unwrap();
+    assert_eq!(range_at(&h, 0).unwrap(), pairs(&[("k", "new"), ("seen", "old")]));
+    let Some(Resp2::ResponseTxn(inner)) = &t.responses[1].response else { panic!("{t:?}") };
+    assert!(inner.succeeded);
+}
+
+#[test]
+fn a_txn_holds_at_most_128_ops_per_level_as_etcd_by_default() {
+    let mut h = TestHost::<Kv>::new();
+    let too_many = ApplyError::invalid("etcdserver: too many operations in txn request");
+    let ranges = |n: usize| (0..n).map(|_| range_op("a")).collect::<Vec<_>>();
+    apply_txn(&mut h, then(ranges(128))).unwrap();
+    assert_eq!(apply_txn(&mut h, then(ranges(129))).unwrap_err(), too_many);
+    let compares = (0..129).map(|_| Compare { key: "a".into(), ..Default::default() }).collect();
+    assert_eq!(apply_txn(&mut h, TxnRequest { compare: compares, ..Default::default() }).unwrap_err(), too_many);
+    // A nested txn gets what its parent's largest list left: 128 - 100.
+    let nested = |n: usize| {
+        let mut ops = ranges(99);
+        ops.push(txn_op(then(ranges(n))));
+        then(ops)
+    };
+    apply_txn(&mut h, nested(28)).unwrap();
+    assert_eq!(apply_txn(&mut h, nested(29)).unwrap_err(), too_many);
+}
+
+#[test]
+fn a_txn_is_checked_whole_before_it_runs() {
+    let mut h = TestHost::<Kv>::new();
+    let no_key = Compare { key: Vec::new(), ..Default::default() };
+    let empty_key = ApplyError::invalid("etcdserver: key is not provided");
+    assert_eq!(apply_txn(&mut h, TxnRequest { compare: vec![no_key], ..Default::default() }).unwrap_err(), empty_key);
+    // An op of the branch that does not run is checked too.
+    let failure = |op: RequestOp| TxnRequest { success: vec![put_op("a", "1")], failure: vec![op], ..Default::default() };
+    assert_eq!(apply_txn(&mut h, failure(put_op("", "1"))).unwrap_err(), empty_key);
+    assert_eq!(apply_txn(&mut h, failure(delete_op("", ""))).unwrap_err(), empty_key);
+    let empty_op = ApplyError::invalid("etcdserver: key not found");
+    assert_eq!(apply_txn(&mut h, failure(RequestOp { request: None })).unwrap_err(), empty_op);
+    let value_given = PutRequest { key: "a".into(), value: "v".into(), ignore_value: true, ..Default::default() };
+    let value_given = RequestOp { request: Some(Op::RequestPut(value_given)) };
+    assert_eq!(apply_txn(&mut h, failure(value_given)).unwrap_err(), ApplyError::invalid("etcdserver: value is provided"));
+    let bad_sort = RangeRequest { key: "a".into(), sort_order: 7, ..Default::default() };
+    let bad_sort = RequestOp { request: Some(Op::RequestRange(bad_sort)) };
+    assert_eq!(apply_txn(&mut h, failure(bad_sort)).unwrap_err(), ApplyError::invalid("etcdserver: invalid sort option"));
+    assert_eq!(range_at(&h, 0).unwrap(), pairs(&[]));
+    // A range at the revision the txn itself writes is a future one, as
+    // etcd checks the path against the state before the txn.
+    let at_own = RangeRequest { key: "a".into(), revision: 2, ..Default::default() };
+    let txn = then(vec![put_op("a", "1"), RequestOp { request: Some(Op::RequestRange(at_own)) }]);
+    let future = ApplyError::rejected("etcdserver: mvcc: required revision is a future revision");
+    assert_eq!(apply_txn(&mut h, txn).unwrap_err(), future);
+    assert_eq!(range_at(&h, 0).unwrap(), pairs(&[]));
 }

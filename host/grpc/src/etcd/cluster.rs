@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use wasmraft_node::{Error, Node};
+use wasmraft_node::{Consistency, Error, Node};
 use wasmraft_proto::etcdserverpb::cluster_client::ClusterClient;
 use wasmraft_proto::etcdserverpb::cluster_server::Cluster;
 use wasmraft_proto::etcdserverpb::{
@@ -17,7 +17,7 @@ use wasmraft_proto::etcdserverpb::{
     ResponseHeader,
 };
 
-use super::{current_revision, etcd_status, header, require_kv};
+use super::{current_revision, etcd_status, header, require_kv, revision_at};
 use crate::forward::{Forwarder, forwarded, is_forwarded};
 
 /// etcd promotes a learner only once it holds this share of the leader's
@@ -178,12 +178,15 @@ impl Cluster for EtcdCluster {
         Ok(Response::new(MemberUpdateResponse { header: self.header().await?, members: self.members() }))
     }
 
-    /// Voters and learners of the latest configuration this node knows
-    /// (etcd's `linearizable` flag is not honoured yet: the list is this
-    /// node's view).
-    async fn member_list(&self, _request: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
+    /// Voters and learners of the latest configuration this node knows;
+    /// with etcd's `linearizable`, after a ReadIndex round, so that the list
+    /// holds every membership change committed before the call.
+    async fn member_list(&self, request: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
         require_kv(&self.node)?;
-        Ok(Response::new(MemberListResponse { header: self.header().await?, members: self.members() }))
+        let consistency = if request.get_ref().linearizable { Consistency::Linearizable } else { Consistency::Eventual };
+        let revision = revision_at(&self.node, consistency).await?;
+        let header = header(&self.node, Some(ResponseHeader { revision, ..Default::default() }));
+        Ok(Response::new(MemberListResponse { header, members: self.members() }))
     }
 
     async fn member_promote(&self, request: Request<MemberPromoteRequest>) -> Result<Response<MemberPromoteResponse>, Status> {

@@ -136,10 +136,17 @@ fn header(node: &Node, plugin_header: Option<ResponseHeader>) -> Option<Response
 /// The KV revision this node has applied, as the plugin reports it in a
 /// header (a count of no keys, from this node's own state).
 async fn current_revision(node: &Node) -> Result<i64, Status> {
+    revision_at(node, Consistency::Eventual).await
+}
+
+/// The KV revision as a read at `consistency` sees it: linearizable, after
+/// a ReadIndex round, once this node has applied every entry committed
+/// before the call.
+async fn revision_at(node: &Node, consistency: Consistency) -> Result<i64, Status> {
     let count = RequestOp {
         request: Some(Op::RequestRange(RangeRequest { key: vec![0], count_only: true, ..Default::default() })),
     };
-    let answer = node.query(count.encode_to_vec(), Consistency::Eventual).await.map_err(etcd_status)?;
+    let answer = node.query(count.encode_to_vec(), consistency).await.map_err(etcd_status)?;
     match ResponseOp::decode(answer.as_slice()).ok().and_then(|r| r.response) {
         Some(OpResponse::ResponseRange(r)) => Ok(r.header.map_or(0, |h| h.revision)),
         _ => Err(Status::internal("etcdserver: the KV plugin gave a malformed answer")),
@@ -172,13 +179,19 @@ fn etcd_status(e: Error) -> Status {
             Status::new(code, m)
         }
         Error::Invalid(m) if m.contains("exceeds max_request_bytes") => {
-            Status::invalid_argument(format!("etcdserver: request is too large ({m})"))
+            // etcd's exact text: clients match on it, so the sizes go to the log.
+            tracing::debug!(reason = %m, "etcd API request refused as too large");
+            Status::invalid_argument("etcdserver: request is too large")
         }
         Error::Invalid(m) => Status::invalid_argument(format!("etcdserver: {m}")),
         Error::Rejected(m) => Status::failed_precondition(format!("etcdserver: {m}")),
         Error::PluginTrap(m) => Status::internal(format!("etcdserver: the KV plugin trapped: {m}")),
         Error::NotLeader { leader: None } => Status::unavailable("etcdserver: no leader"),
-        Error::NotLeader { leader: Some(_) } => Status::unavailable("etcdserver: not leader"),
+        // A request that lost its leader on the way (a read round or a
+        // forwarded write overtaken by an election): etcd's answer for
+        // that is "leader changed", which clients retry; its "not leader"
+        // (FAILED_PRECONDITION) they do not.
+        Error::NotLeader { leader: Some(_) } => Status::unavailable("etcdserver: leader changed"),
         Error::ProposalDropped => {
             Status::unavailable("etcdserver: request timed out, possibly due to previous leader failure")
         }

@@ -5,8 +5,9 @@
 //! A watch that starts at a past revision first replays the changes since
 //! then from the history the KV plugin keeps, page by page, and then
 //! follows the live events from the revision after the last page's state,
-//! so that no revision is missed or sent twice. A start below the
-//! compacted revision is cancelled with `compact_revision`, as etcd does.
+//! so that no revision is missed or sent twice. A watcher that starts below
+//! the compacted revision is created and then cancelled in a second
+//! response with `compact_revision`, as etcd does.
 //! A watcher with `progress_notify` gets an empty response with the current
 //! revision after each interval in which it got nothing else; a progress
 //! request is answered (watch id -1) with the revision every watcher of the
@@ -58,7 +59,9 @@ impl Watch for EtcdWatch {
     async fn watch(&self, request: Request<Streaming<WatchRequest>>) -> Result<Response<WatchStream>, Status> {
         require_kv(&self.node)?;
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(serve(self.node.clone(), request.into_inner(), tx, self.progress_interval));
+        tokio::spawn(
+            tracing::Instrument::in_current_span(serve(self.node.clone(), request.into_inner(), tx, self.progress_interval)),
+        );
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 }
@@ -239,6 +242,17 @@ async fn create(
         let header = header(node, Some(ResponseHeader { revision, ..Default::default() }));
         tx.send(Ok(WatchResponse { header, ..r }))
     };
+    if c.start_revision < 0 {
+        // etcd refuses a negative start at once, with watch id -1.
+        let reply = WatchResponse {
+            watch_id: -1,
+            created: true,
+            canceled: true,
+            cancel_reason: "etcdserver: mvcc: required revision has been compacted".into(),
+            ..Default::default()
+        };
+        return send(reply, *revision).await.map_err(drop);
+    }
     let id = if c.watch_id != 0 {
         c.watch_id
     } else {
@@ -282,12 +296,13 @@ async fn create(
         };
         *revision = (*revision).max(answer.header.map_or(0, |h| h.revision));
         if answer.compact_revision > 0 {
-            let reply = WatchResponse {
-                canceled: true,
-                compact_revision: answer.compact_revision,
-                cancel_reason: "mvcc: required revision has been compacted".into(),
-                ..created
-            };
+            // As etcd: the watcher is created, then cancelled in a response
+            // of its own that names the compacted revision (no reason), which
+            // clients turn into ErrCompacted.
+            if !announced {
+                send(created.clone(), *revision).await.map_err(drop)?;
+            }
+            let reply = WatchResponse { watch_id: id, canceled: true, compact_revision: answer.compact_revision, ..Default::default() };
             return send(reply, *revision).await.map_err(drop);
         }
         if !announced {
