@@ -523,41 +523,7 @@ pub async fn members(a: MembersArgs) -> anyhow::Result<()> {
         .await
         .map_err(status_error)?
         .into_inner();
-    if a.write_out == crate::views::WriteOut::Json {
-        let members: Vec<serde_json::Value> = r
-            .members
-            .iter()
-            .map(|m| {
-                serde_json::json!({
-                    "id": m.id, "role": m.role, "leader": m.id == r.leader_id, "peer_address": m.address,
-                    "client_address": m.client_address, "matched": m.matched,
-                })
-            })
-            .collect();
-        let doc = serde_json::json!({ "leader_id": r.leader_id, "members": members });
-        return stdout_bytes(serde_json::to_string_pretty(&doc)?.as_bytes());
-    }
-    let mut text = format!(
-        "{:<6} {:<15} {:<24} {:<24} {}",
-        "ID", "ROLE", "PEER ADDRESS", "CLIENT ADDRESS", "MATCHED"
-    );
-    for m in r.members {
-        let role = if m.id == r.leader_id {
-            format!("{} (leader)", m.role)
-        } else {
-            m.role
-        };
-        let client = if m.client_address.is_empty() {
-            "-".to_string()
-        } else {
-            m.client_address
-        };
-        text.push_str(&format!(
-            "\n{:<6} {:<15} {:<24} {:<24} {}",
-            m.id, role, m.address, client, m.matched
-        ));
-    }
-    stdout_bytes(text.as_bytes())
+    crate::views::print_members(r, &a.endpoints, a.write_out).await
 }
 
 pub async fn transfer_leader(a: TransferArgs) -> anyhow::Result<()> {

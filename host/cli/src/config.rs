@@ -343,17 +343,9 @@ impl FileConfig {
 /// A `[peers]` address is `HOST:PORT`: refused at start rather than
 /// failing every connection at run time.
 fn check_peer_address(id: u64, addr: &str) -> anyhow::Result<()> {
-    let hint = || format!("[peers] {id} = {addr:?}: expected HOST:PORT, such as \"127.0.0.1:7480\" or \"node-2.example:7480\"");
-    anyhow::ensure!(!addr.contains("://"), "{}: give the address without a scheme (TLS comes from [tls])", hint());
-    let (host, port) = addr.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{}: the port is missing", hint()))?;
-    anyhow::ensure!(port.parse::<u16>().is_ok_and(|p| p != 0), "{}: {port:?} is not a port", hint());
-    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    let valid_name = !host.is_empty()
-        && host.split('.').all(|label| {
-            !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && !label.starts_with('-')
-        });
-    anyhow::ensure!(host.parse::<std::net::IpAddr>().is_ok() || valid_name, "{}: {host:?} is not a host name or IP address", hint());
-    Ok(())
+    wasmraft_grpc::check_peer_address(addr).map_err(|why| {
+        anyhow::anyhow!("[peers] {id} = {addr:?}: expected HOST:PORT, such as \"127.0.0.1:7480\" or \"node-2.example:7480\": {why}")
+    })
 }
 
 #[cfg(test)]

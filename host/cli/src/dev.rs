@@ -173,7 +173,15 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             set.admin.1.display()
         );
     }
-    println!("  try:       wasmraft put a 1 && wasmraft get a");
+    // The hint works as printed: it names the endpoints unless they are
+    // the CLI's default, and fits the plugin running.
+    let endpoints = clients.join(",");
+    let flag = if endpoints == crate::DEFAULT_ENDPOINTS { String::new() } else { format!(" --endpoints {endpoints}") };
+    if args.plugin.is_some() {
+        println!("  try:       wasmraft propose{flag} COMMAND && wasmraft query{flag} REQUEST && wasmraft status{flag}");
+    } else {
+        println!("  try:       wasmraft put{flag} a 1 && wasmraft get{flag} a");
+    }
     println!("  stop:      Ctrl-C");
 
     crate::run::shutdown_signal().await;

@@ -117,6 +117,69 @@ pub async fn status_all(a: &StatusCmdArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How a member is doing, asked at its client address: `ok`, or what is
+/// wrong (fatal, removed, no leader known, unreachable).
+async fn member_state(address: &str, endpoints: &Endpoints) -> String {
+    if address.is_empty() {
+        return "unknown (no client address yet)".into();
+    }
+    let tls = match endpoints.tls() {
+        Ok(tls) => tls,
+        Err(e) => return format!("unknown ({e})"),
+    };
+    // One attempt, briefly: a dead member must not hold up the table.
+    let timeout = endpoints.timeout.min(std::time::Duration::from_secs(2));
+    let asked = match Client::with_tls([address], tls) {
+        Ok(mut c) => tokio::time::timeout(timeout, c.status()).await,
+        Err(e) => Ok(Err(e)),
+    };
+    match asked {
+        Ok(Ok(s)) => problem(&s).unwrap_or_else(|| "ok".into()),
+        Ok(Err(e)) => format!("unreachable: {e}"),
+        Err(_) => "unreachable: no answer in time".into(),
+    }
+}
+
+/// `members`: the configuration from the leader's view, each member's
+/// state asked of the member itself, and the ids removed.
+pub async fn print_members(
+    r: wasmraft_proto::v1::MembersResponse,
+    endpoints: &Endpoints,
+    write_out: WriteOut,
+) -> anyhow::Result<()> {
+    let mut states = Vec::with_capacity(r.members.len());
+    for m in &r.members {
+        states.push(member_state(&m.client_address, endpoints).await);
+    }
+    if write_out == WriteOut::Json {
+        let mut members: Vec<Value> = r
+            .members
+            .iter()
+            .zip(&states)
+            .map(|(m, state)| {
+                json!({
+                    "id": m.id, "role": m.role, "leader": m.id == r.leader_id, "peer_address": m.address,
+                    "client_address": m.client_address, "matched": m.matched, "state": state,
+                })
+            })
+            .collect();
+        members.extend(r.removed.iter().map(|id| json!({"id": id, "role": "removed", "leader": false, "state": "removed"})));
+        let doc = json!({ "leader_id": r.leader_id, "members": members, "removed": r.removed });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    println!("{:<6} {:<15} {:<24} {:<24} {:<8} STATE", "ID", "ROLE", "PEER ADDRESS", "CLIENT ADDRESS", "MATCHED");
+    for (m, state) in r.members.iter().zip(&states) {
+        let role = if m.id == r.leader_id { format!("{} (leader)", m.role) } else { m.role.clone() };
+        let client = if m.client_address.is_empty() { "-" } else { m.client_address.as_str() };
+        println!("{:<6} {:<15} {:<24} {:<24} {:<8} {state}", m.id, role, m.address, client, m.matched);
+    }
+    for id in &r.removed {
+        println!("{id:<6} {:<15} {:<24} {:<24} {:<8} removed", "removed", "-", "-", "-");
+    }
+    Ok(())
+}
+
 /// Bytes as a JSON string when they are UTF-8, else as base64 under
 /// `<name>_base64`.
 pub fn bytes_field(object: &mut serde_json::Map<String, Value>, name: &str, bytes: &[u8]) {

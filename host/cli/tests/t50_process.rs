@@ -18,6 +18,8 @@ struct DevNode {
     endpoint: String,
     /// The nodes' peer (Raft) addresses, comma-separated.
     peers: String,
+    /// The `try:` hint it printed.
+    hint: String,
 }
 
 impl DevNode {
@@ -31,19 +33,23 @@ impl DevNode {
         let mut lines = BufReader::new(stdout).lines();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut endpoint = String::new();
-        let peers = loop {
+        let mut peers = String::new();
+        let hint = loop {
             assert!(Instant::now() < deadline, "wasmraft dev did not become ready");
             let line = lines.next().expect("wasmraft dev exited before it was ready").unwrap();
             if let Some(addrs) = line.trim().strip_prefix("endpoints:") {
                 endpoint = addrs.trim().to_string();
             }
             if let Some(addrs) = line.trim().strip_prefix("peers:") {
-                break addrs.trim().to_string();
+                peers = addrs.trim().to_string();
+            }
+            if let Some(hint) = line.trim().strip_prefix("try:") {
+                break hint.trim().to_string();
             }
         };
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        DevNode { child, endpoint, peers }
+        DevNode { child, endpoint, peers, hint }
     }
 
     fn kill9(mut self) {
@@ -151,6 +157,7 @@ fn put_reads_values_from_stdin_or_a_file_and_a_closed_pipe_is_quiet() {
 fn members_and_leader_transfer() {
     let dir = tempfile::tempdir().unwrap();
     let node = DevNode::start(dir.path());
+    assert_eq!(node.hint, format!("wasmraft put --endpoints {0} a 1 && wasmraft get --endpoints {0} a", node.endpoint));
     let members = stdout(&node.cli(&["members"]));
     assert_eq!(members.lines().filter(|l| l.contains("voter")).count(), 3, "{members}");
     let leader_line = members.lines().find(|l| l.contains("(leader)")).expect("a leader");
@@ -278,6 +285,8 @@ fn the_readme_plugin_builds_and_answers() {
     let node = DevNode::spawn(
         Command::new(BIN).args(["dev", "--listen", "127.0.0.1:0", "--plugin"]).arg(&module).arg("--data-dir").arg(dir.path()),
     );
+    // The hint fits the plugin and the addresses (not the defaults here).
+    assert!(node.hint.starts_with(&format!("wasmraft propose --endpoints {} ", node.endpoint)), "{}", node.hint);
     assert_eq!(stdout(&node.cli(&["propose", "5"])), "5\n");
     assert_eq!(stdout(&node.cli(&["propose", "3"])), "8\n");
     assert_eq!(stdout(&node.cli(&["query", ""])), "8\n");
@@ -377,13 +386,17 @@ fn a_node_joins_as_learner_is_promoted_and_removed() {
         })
     };
 
+    // A mistyped address is refused before it reaches the log.
+    let typo = cluster.cli(&["member", "add-learner", "4", &format!("http://{peer_addr}")]);
+    assert!(!typo.status.success() && String::from_utf8_lossy(&typo.stderr).contains("without a scheme"), "{typo:?}");
     assert_eq!(stdout(&cluster.cli(&["member", "add-learner", "4", &peer_addr])), "node 4 added as a learner\n");
     let members = |c: &DevNode| stdout(&c.cli(&["members"]));
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let m = members(&cluster);
         let learner = m.lines().find(|l| l.starts_with("4 ")).map(str::to_string).unwrap_or_default();
-        if learner.contains("learner") && learner.split_whitespace().last().is_some_and(|n| n != "0") {
+        // ID ROLE PEER CLIENT MATCHED STATE: a learner that matched some of the log.
+        if learner.contains("learner") && learner.split_whitespace().nth(4).is_some_and(|n| n != "0") {
             break;
         }
         assert!(Instant::now() < deadline, "learner 4 did not catch up: {m}");
@@ -402,10 +415,13 @@ fn a_node_joins_as_learner_is_promoted_and_removed() {
 
     assert_eq!(stdout(&cluster.cli(&["member", "remove", "4"])), "node 4 removed\n");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while members(&cluster).lines().any(|l| l.starts_with("4 ")) {
+    while members(&cluster).lines().any(|l| l.starts_with("4 ") && !l.ends_with(" removed")) {
         assert!(Instant::now() < deadline, "node 4 is still a member: {}", members(&cluster));
         std::thread::sleep(Duration::from_millis(100));
     }
+    let m = members(&cluster);
+    assert!(m.lines().any(|l| l.starts_with("4 ") && l.contains(" removed ") && l.ends_with(" removed")), "node 4 marked removed: {m}");
+    assert_eq!(m.lines().filter(|l| l.ends_with(" ok")).count(), 3, "the others are ok: {m}");
     stdout(&cluster.cli(&["put", "after-remove", "y"]));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let acked = writer.join().unwrap();

@@ -47,6 +47,19 @@ async fn keys_status_and_members_print_for_people_and_scripts() {
     let row = table.lines().find(|l| l.starts_with(cluster.addr(down))).unwrap_or_else(|| panic!("{table}"));
     assert!(row.contains("unreachable"), "{row}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not every node is healthy"));
+    // members marks the dead one, asking each member itself (once the
+    // others agree on a leader again, if the dead one led).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let members = text(&cluster.cli(&["members", "--timeout", "2s"]));
+        let row = members.lines().find(|l| l.contains(cluster.addr(down))).unwrap_or_else(|| panic!("{members}"));
+        assert!(row.contains("unreachable"), "{members}");
+        if members.lines().filter(|l| l.ends_with(" ok")).count() == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the live members are not ok: {members}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 
     assert_eq!(text(&cluster.cli(&["del", "--all", "--yes"])), "4\n");
     assert_eq!(text(&cluster.cli(&["get", "--all"])), "");

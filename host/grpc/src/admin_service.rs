@@ -58,6 +58,12 @@ impl MembershipChanges for AdminService {
                 "a learner needs a non-zero id and an address",
             ));
         }
+        if let Err(why) = crate::check_peer_address(&r.address) {
+            return Err(Status::invalid_argument(format!(
+                "peer address {:?}: expected HOST:PORT, such as 127.0.0.1:7482: {why}",
+                r.address
+            )));
+        }
         match self.node.add_learner(r.id, &r.address).await {
             Ok(()) => Ok(Response::new(MembershipResponse {})),
             Err(e) => match self.leader(&e, forwarded) {
@@ -193,6 +199,7 @@ impl Admin for AdminService {
         Ok(Response::new(MembersResponse {
             members,
             leader_id: m.leader.map_or(0, |l| l.0),
+            removed: self.node.removed_members(),
         }))
     }
 

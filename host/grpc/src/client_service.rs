@@ -182,6 +182,6 @@ where
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
-    tokio::spawn(produce(tx));
+    tokio::spawn(tracing::Instrument::in_current_span(produce(tx)));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

@@ -4,6 +4,7 @@
 //! between nodes.
 #![deny(missing_docs)]
 
+mod address;
 mod admin_service;
 pub mod auth;
 mod client_service;
@@ -20,6 +21,7 @@ mod status;
 pub mod tls;
 mod transport;
 
+pub use address::check_peer_address;
 pub use admin_service::AdminService;
 pub use auth::Admins;
 pub use client_service::ClientService;
@@ -39,6 +41,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tracing::Instrument;
 use wasmraft_node::Node;
 use wasmraft_proto::etcdserverpb::cluster_server::ClusterServer;
 use wasmraft_proto::etcdserverpb::kv_server::KvServer;
@@ -99,8 +102,15 @@ pub async fn serve(
         serving.tls.as_ref().map(|t| t.dialer()),
         serving.admins(),
     );
+    // Every line logged while serving names the node (`wasmraft dev` runs
+    // several in one process).
+    let id = serving.node.id();
+    let node_span = move |_: &tonic::codegen::http::Request<()>| tracing::info_span!("node", id);
     if let Some(policy) = serving.etcd.auto_compaction {
-        tokio::spawn(etcd::compactor::run(serving.node.clone(), policy, shutdown.clone()));
+        tokio::spawn(
+            etcd::compactor::run(serving.node.clone(), policy, shutdown.clone())
+                .instrument(tracing::info_span!("node", id)),
+        );
     }
     let space = etcd::SpaceAlarm::new(serving.etcd.quota_backend_bytes);
     let admin = AdminService::new(
@@ -109,6 +119,7 @@ pub async fn serve(
         serving.faults.clone(),
     );
     let client_router = tonic::transport::Server::builder()
+        .trace_fn(node_span)
         .add_service(AdminServer::new(admin.clone()))
         .add_service(MembershipChangesServer::new(admin))
         .add_service(
@@ -130,7 +141,7 @@ pub async fn serve(
         .add_service(LeaseServer::new(etcd::EtcdLease))
         .add_service(ClusterServer::new(etcd::EtcdCluster::new(serving.node.clone(), forwarder.clone())))
         .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder, space)));
-    let peer_router = tonic::transport::Server::builder().add_service(
+    let peer_router = tonic::transport::Server::builder().trace_fn(node_span).add_service(
         RaftServer::new(RaftService::new(
             serving.node.clone(),
             serving.faults.clone(),

@@ -201,7 +201,95 @@ pub fn render(nodes: &[Node]) -> String {
         );
     }
     render_lanes(&mut out);
+    render_work(&mut out, nodes);
     out
+}
+
+/// The nodes' own counters and histograms (`wasmraft_node::NodeMetrics`).
+fn render_work(out: &mut String, nodes: &[Node]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    use wasmraft_node::{NodeMetrics, RequestKind};
+
+    let ids: Vec<u64> = nodes.iter().map(|n| n.status().id).collect();
+    let head = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+
+    head(out, "wasmraft_requests_total", "counter", "Client requests (wasmraft.v1 and etcd's API alike) by kind and outcome.");
+    for (id, node) in ids.iter().zip(nodes) {
+        for kind in RequestKind::ALL {
+            for (outcome, n) in node.metrics().requests(kind) {
+                let _ = writeln!(out, "wasmraft_requests_total{{node=\"{id}\",kind=\"{}\",outcome=\"{outcome}\"}} {n}", kind.label());
+            }
+        }
+    }
+    head(out, "wasmraft_request_duration_seconds", "histogram", "Time from a request's arrival at the node to its answer, by kind.");
+    for (id, node) in ids.iter().zip(nodes) {
+        for kind in RequestKind::ALL {
+            let labels = format!("node=\"{id}\",kind=\"{}\"", kind.label());
+            histogram(out, "wasmraft_request_duration_seconds", &labels, node.metrics().latency(kind));
+        }
+    }
+
+    type Pick = fn(&NodeMetrics) -> &wasmraft_node::Histogram;
+    let histograms: [(&str, &str, Pick); 4] = [
+        ("wasmraft_commit_duration_seconds", "From a proposal batch on the leader to its commit by a quorum.", |m| &m.commit_latency),
+        ("wasmraft_log_fsync_duration_seconds", "Synced writes of log entries and hard state (one fsync each).", |m| &m.log_fsync),
+        ("wasmraft_apply_duration_seconds", "Applying one batch of committed entries (the state machine and its storage write).", |m| &m.apply_latency),
+        ("wasmraft_apply_batch_entries", "Committed entries per applied batch.", |m| &m.apply_batch_size),
+    ];
+    for (name, help, pick) in histograms {
+        head(out, name, "histogram", help);
+        for (id, node) in ids.iter().zip(nodes) {
+            histogram(out, name, &format!("node=\"{id}\""), pick(node.metrics()));
+        }
+    }
+
+    type Count = fn(&NodeMetrics) -> u64;
+    let counters: [(&str, &str, Count); 9] = [
+        ("wasmraft_applied_entries_total", "Committed entries applied.", |m| m.applied_entries.load(Relaxed)),
+        ("wasmraft_elections_total", "Elections this node started as a candidate (after winning a pre-vote).", |m| m.elections.load(Relaxed)),
+        ("wasmraft_leader_changes_total", "Times this node saw the leader change (or go).", |m| m.leader_changes.load(Relaxed)),
+        ("wasmraft_read_index_rounds_total", "ReadIndex rounds this node started as leader (one per batch of reads).", |m| m.read_index_rounds.load(Relaxed)),
+        ("wasmraft_snapshots_sent_total", "Snapshots this node streamed to a follower that took them.", |m| m.snapshots_sent_ok.load(Relaxed)),
+        ("wasmraft_snapshots_send_failures_total", "Snapshots this node failed to stream to a follower (Raft retries).", |m| m.snapshots_sent_failed.load(Relaxed)),
+        ("wasmraft_snapshots_installed_total", "Snapshots from a leader this node installed.", |m| m.snapshots_installed.load(Relaxed)),
+        ("wasmraft_plugin_fuel_consumed_total", "Fuel the plugin burned applying entries (every replica burns the same).", |m| m.plugin_fuel.load(Relaxed)),
+        ("wasmraft_plugin_traps_total", "Entries the plugin trapped on (a panic, out of fuel or memory); each failed alone, on every replica.", |m| m.plugin_traps.load(Relaxed)),
+    ];
+    for (name, help, count) in counters {
+        head(out, name, "counter", help);
+        for (id, node) in ids.iter().zip(nodes) {
+            let _ = writeln!(out, "{name}{{node=\"{id}\"}} {}", count(node.metrics()));
+        }
+    }
+
+    let now = std::time::Instant::now();
+    head(out, "wasmraft_peer_last_heard_seconds", "gauge", "Seconds since this node last heard from a peer (a leader hears from every member, a follower from its leader).");
+    for (id, node) in ids.iter().zip(nodes) {
+        node.metrics().each_peer(|peer, p| {
+            if let Some(at) = p.last_heard {
+                let _ = writeln!(out, "wasmraft_peer_last_heard_seconds{{node=\"{id}\",peer=\"{peer}\"}} {:.3}", now.saturating_duration_since(at).as_secs_f64());
+            }
+        });
+    }
+    head(out, "wasmraft_peer_round_trip_seconds", "histogram", "Heartbeat round trips from this node, while it leads, to each peer.");
+    for (id, node) in ids.iter().zip(nodes) {
+        node.metrics().each_peer(|peer, p| {
+            histogram(out, "wasmraft_peer_round_trip_seconds", &format!("node=\"{id}\",peer=\"{peer}\""), &p.round_trip);
+        });
+    }
+}
+
+/// One histogram's series: cumulative buckets, `+Inf`, sum and count.
+fn histogram(out: &mut String, name: &str, labels: &str, h: &wasmraft_node::Histogram) {
+    let (buckets, count, sum) = h.read();
+    for (le, n) in buckets {
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+    let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
 }
 
 /// The peer lanes of this process (`lane.rs`): queue depth now, and the

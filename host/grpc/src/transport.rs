@@ -13,6 +13,7 @@ use tonic::transport::ClientTlsConfig;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
+use tracing::Instrument;
 use wasmraft_node::{SnapshotDone, SnapshotLoader, SnapshotReader, Transport};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_client::RaftClient;
@@ -80,7 +81,8 @@ impl Lanes {
         let open = |kind, budget| {
             let lane_id = LaneId { node: link.self_id, peer: id, kind };
             let (tx, rx) = lane::lane(lane_id, budget);
-            runtime.spawn(lane_task(id, addr.to_string(), kind, rx, link.clone()));
+            let node = tracing::info_span!("node", id = link.self_id);
+            runtime.spawn(lane_task(id, addr.to_string(), kind, rx, link.clone()).instrument(node));
             tx
         };
         Lanes {
@@ -252,6 +254,7 @@ impl Transport for GrpcTransport {
             return;
         };
         let link = self.link.clone();
+        let node = tracing::info_span!("node", id = self.self_id);
         self.runtime.spawn(async move {
             let to = message.to.0;
             let result = async {
@@ -261,11 +264,12 @@ impl Transport for GrpcTransport {
                 stream_snapshot(&link, &addr, message, reader).await
             }
             .await;
-            if let Err(e) = &result {
-                tracing::warn!(peer = to, error = %e, "sending a snapshot failed");
+            match &result {
+                Ok(()) => tracing::info!(peer = to, "sent a snapshot"),
+                Err(e) => tracing::warn!(peer = to, error = %e, "sending a snapshot failed"),
             }
             done(result.is_ok());
-        });
+        }.instrument(node));
     }
 }
 

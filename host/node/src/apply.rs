@@ -83,6 +83,11 @@ pub(crate) struct ApplyWorker {
     pub boot_wasm: Arc<[u8]>,
     /// Keyspace hashes and their comparison with the leader's.
     pub hashes: HashChecks,
+    /// Batches applied and their latency, the plugin's fuel and traps,
+    /// snapshots installed.
+    pub metrics: Arc<crate::metrics::NodeMetrics>,
+    /// Progress lines while the entries committed before the start replay.
+    pub replay: Option<crate::progress::Replay>,
 }
 
 impl ApplyWorker {
@@ -144,7 +149,17 @@ impl ApplyWorker {
             ApplyTask::Apply(entries) => {
                 let result = split_batches(entries)
                     .into_iter()
-                    .try_for_each(|batch| self.apply(batch).and_then(|()| self.maybe_snapshot()))
+                    .try_for_each(|batch| {
+                        let (started, entries) = (std::time::Instant::now(), batch.len());
+                        self.apply(batch)?;
+                        self.metrics.applied_batch(entries, started.elapsed());
+                        if let Some(replay) = &mut self.replay {
+                            if !replay.applied(self.last_applied.index.0) {
+                                self.replay = None;
+                            }
+                        }
+                        self.maybe_snapshot()
+                    })
                     .map(|()| self.maybe_propose_hash_check());
                 if let Err(fatal) = result {
                     self.fail(fatal);
@@ -209,6 +224,7 @@ impl ApplyWorker {
             }
         }
         tracing::info!(index = meta.last.index.0, keys, "installed a snapshot from the leader");
+        crate::metrics::bump(&self.metrics.snapshots_installed);
         self.publish_addresses(self.storage.addresses().map_err(|e| e.to_string())?);
         self.sessions = sessions;
         self.last_applied = meta.last;
@@ -323,6 +339,9 @@ impl ApplyWorker {
             let view: Arc<dyn StateView> = Arc::new(StorageView(self.storage.apply_reader()));
             self.state_machine.apply(view, &inputs).map_err(|f| f.0)?
         };
+        self.metrics.plugin_fuel.fetch_add(batch.fuel_used, std::sync::atomic::Ordering::Relaxed);
+        let traps = batch.outcomes.iter().filter(|o| matches!(o, Err(wasmraft_runtime::EntryError::Trap(_)))).count();
+        self.metrics.plugin_traps.fetch_add(traps as u64, std::sync::atomic::Ordering::Relaxed);
 
         // Outcomes in entry order, with the index each command applied at
         // (a retry's is the first copy's); sessions record the new ones.

@@ -22,8 +22,10 @@ mod envelope;
 mod error;
 mod kv_plugin;
 mod local_cluster;
+mod metrics;
 mod node;
 mod peer_inbox;
+mod progress;
 mod raft_loop;
 mod sessions;
 #[cfg(test)]
@@ -41,6 +43,7 @@ pub use envelope::Envelope;
 pub use error::{Error, StartError};
 pub use kv_plugin::KV_PLUGIN;
 pub use local_cluster::LocalCluster;
+pub use metrics::{BATCH_BUCKETS, Histogram, LATENCY_BUCKETS, NodeMetrics, OUTCOMES, PeerMetrics, RequestKind};
 pub use node::{Applied, Consistency, Members, Node, NodeStatus, Worker, format_cluster_id};
 pub use state_machine::{QueryHandler, StateMachine};
 pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};

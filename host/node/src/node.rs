@@ -198,6 +198,8 @@ struct Inner {
     busy_refusals: std::sync::atomic::AtomicU64,
     /// The bound on peer messages waiting for the Raft loop.
     peer_inbox: Arc<crate::peer_inbox::PeerInbox>,
+    /// Counters and latency histograms (`Node::metrics`).
+    metrics: Arc<crate::metrics::NodeMetrics>,
 }
 
 impl Drop for Inner {
@@ -267,13 +269,10 @@ impl Node {
         std::fs::create_dir_all(&config.data_dir).map_err(|e| {
             StartError::Config(format!("cannot create {}: {e}", config.data_dir.display()))
         })?;
-        let storage = Storage::open(
-            &config.data_dir,
-            config.id,
-            StorageOptions {
-                sync_log: config.sync_log,
-            },
-        )?;
+        tracing::info!(data_dir = %config.data_dir.display(), "opening the data directory");
+        let storage = crate::progress::logged("opening the data directory", || {
+            Storage::open(&config.data_dir, config.id, StorageOptions { sync_log: config.sync_log })
+        })?;
         let bootstrapping = storage.is_empty()? && !config.join;
         if bootstrapping {
             let voters = if config.bootstrap_voters.is_empty() {
@@ -314,9 +313,9 @@ impl Node {
             Some((record, deployed)) => {
                 tracing::info!(plugin = %record.name, sha256 = %record.sha256, deployed_at = record.deployed_at,
                     "running the plugin deployed through the log, not the configured one");
-                (loader.load(&deployed)?, record.deployed_at)
+                (crate::progress::logged("compiling the plugin", || loader.load(&deployed))?, record.deployed_at)
             }
-            None => (loader.load(wasm)?, 0),
+            None => (crate::progress::logged("compiling the plugin", || loader.load(wasm))?, 0),
         };
         let applier = Applier::new(plugin.clone()).map_err(|f| StartError::Recovery(f.0))?;
         let queries: SharedQueries = Arc::new(parking_lot::RwLock::new(Arc::new(QueryPool::new(
@@ -377,6 +376,7 @@ impl Node {
         let (applied_tx, applied_rx) = watch::channel(applied.index.0);
         let (events_tx, _) = broadcast::channel(4096);
 
+        let metrics = Arc::new(crate::metrics::NodeMetrics::default());
         let worker = ApplyWorker {
             state_machine: Box::new(applier),
             storage: storage.clone(),
@@ -394,6 +394,8 @@ impl Node {
             queries: queries.clone(),
             boot_wasm: Arc::from(wasm),
             hashes: HashChecks::new(config.hash_check_entries, applied.index.0),
+            metrics: metrics.clone(),
+            replay: crate::progress::Replay::new(applied.index.0, hard_state.commit.0),
         };
         let raft_loop = RaftLoop {
             raw,
@@ -415,6 +417,9 @@ impl Node {
             removed: removed.clone(),
             dropped: Default::default(),
             peer_inbox: peer_inbox.clone(),
+            metrics: metrics.clone(),
+            commit_timer: Default::default(),
+            now: std::time::Instant::now(),
         };
         tracing::info!(
             id = config.id,
@@ -446,6 +451,7 @@ impl Node {
                 query_slots,
                 busy_refusals: Default::default(),
                 peer_inbox,
+                metrics,
                 cluster_id: Mutex::new(cluster_id),
                 removed,
             }),
@@ -507,6 +513,13 @@ impl Node {
         client_id: u64,
         sequence: u64,
     ) -> Result<Applied, Error> {
+        let started = std::time::Instant::now();
+        let result = self.propose_counted(command, client_id, sequence).await;
+        self.inner.metrics.request(crate::metrics::RequestKind::Propose, &result, started.elapsed());
+        result
+    }
+
+    async fn propose_counted(&self, command: Vec<u8>, client_id: u64, sequence: u64) -> Result<Applied, Error> {
         self.check_alive()?;
         self.check_request_size(&command)?;
         self.check_apply_lag()?;
@@ -528,6 +541,13 @@ impl Node {
         request: Vec<u8>,
         consistency: Consistency,
     ) -> Result<Vec<u8>, Error> {
+        let started = std::time::Instant::now();
+        let result = self.query_counted(request, consistency).await;
+        self.inner.metrics.request(crate::metrics::RequestKind::Read(consistency), &result, started.elapsed());
+        result
+    }
+
+    async fn query_counted(&self, request: Vec<u8>, consistency: Consistency) -> Result<Vec<u8>, Error> {
         self.check_alive()?;
         self.check_request_size(&request)?;
         let _admitted = self.admit(request.len())?;
@@ -907,6 +927,18 @@ impl Node {
             .inner
             .raft
             .send(LoopMsg::ReceiveSnapshot(message, staged));
+    }
+
+    /// This node's counters and latency histograms (requests by kind and
+    /// outcome, applied batches).
+    pub fn metrics(&self) -> &crate::metrics::NodeMetrics {
+        &self.inner.metrics
+    }
+
+    /// Ids removed from the cluster, as this node learned from committed
+    /// configurations.
+    pub fn removed_members(&self) -> Vec<u64> {
+        self.inner.removed.read().iter().copied().collect()
     }
 
     /// A snapshot of this node's state.

@@ -18,6 +18,7 @@ use wasmraft_storage::{StagedSnapshot, Storage};
 use crate::apply::{ApplyPort, ApplyTask};
 use crate::envelope::Envelope;
 use crate::error::Error;
+use crate::metrics::{CommitTimer, NodeMetrics, bump};
 use crate::node::{Members, NodeStatus};
 use crate::transport::Transport;
 
@@ -133,6 +134,13 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// persisted: a node compares each committed configuration with the
     /// one before it.
     pub removed: Arc<parking_lot::RwLock<std::collections::BTreeSet<u64>>>,
+    /// Counters and histograms, shared with the node handle.
+    pub metrics: Arc<NodeMetrics>,
+    /// Proposal batches waiting to commit, for the commit latency.
+    pub commit_timer: CommitTimer,
+    /// The time the current turn started (the clock every metric of the
+    /// loop reads, simulated in the simulation).
+    pub now: Instant,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -159,6 +167,7 @@ impl<T: Transport> RaftLoop<T> {
     /// stopped.
     pub fn start(&mut self, now: Instant) -> Flow {
         self.next_tick = now + self.tick_interval;
+        self.now = now;
         let me = self.raw.status().id.0;
         if self.removed.read().contains(&me) {
             self.stop_as_removed("it was removed from the cluster before it stopped last time");
@@ -174,6 +183,7 @@ impl<T: Transport> RaftLoop<T> {
     /// deterministic simulation both drive the loop through this.
     pub fn turn(&mut self, first: Option<LoopMsg>, now: Instant, wall_ms: u64) -> Flow {
         let me = self.raw.status().id.0;
+        self.now = now;
         // What arrived while the last Ready was being written joins one
         // batch: one append, one fsync, one ReadIndex round. A turn takes
         // at most TURN_BYTES of entries and TURN_MESSAGES messages; the
@@ -202,6 +212,11 @@ impl<T: Transport> RaftLoop<T> {
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                 LoopMsg::Step(m) => {
                     self.peer_inbox.release(&m);
+                    let token = match m.body {
+                        MessageBody::HeartbeatResponse { token } => Some(token),
+                        _ => None,
+                    };
+                    self.metrics.heard_from(m.from.0, now, token);
                     if let Err(e) = self.raw.step(m) {
                         self.dropped.note(&e);
                     }
@@ -229,7 +244,10 @@ impl<T: Transport> RaftLoop<T> {
                         self.received_snapshot = Some((last, data));
                     }
                 }
-                LoopMsg::SnapshotSent { peer, ok } => self.raw.report_snapshot(peer, ok),
+                LoopMsg::SnapshotSent { peer, ok } => {
+                    bump(if ok { &self.metrics.snapshots_sent_ok } else { &self.metrics.snapshots_sent_failed });
+                    self.raw.report_snapshot(peer, ok);
+                }
                 LoopMsg::ProposeSystem { data, reply } => {
                     let term = self.raw.status().term;
                     match self.raw.propose(vec![data]) {
@@ -439,6 +457,7 @@ impl<T: Transport> RaftLoop<T> {
         let term = self.raw.status().term;
         match self.raw.propose(commands) {
             Ok(range) => {
+                self.commit_timer.proposed(range.end.0 - 1, self.now);
                 for (index, reply) in (range.start.0..range.end.0).zip(replies) {
                     // Registered before the entries can commit (a later Ready),
                     // and the apply channel is FIFO.
@@ -466,6 +485,7 @@ impl<T: Transport> RaftLoop<T> {
         let id = ReadId(self.next_read_id);
         match self.raw.read_index(id) {
             Ok(()) => {
+                bump(&self.metrics.read_index_rounds);
                 self.pending_reads.insert(id, (now, reads));
             }
             Err(_) => {
@@ -483,6 +503,12 @@ impl<T: Transport> RaftLoop<T> {
         let (snapshots, rest): (Vec<_>, Vec<_>) = messages
             .into_iter()
             .partition(|m| matches!(m.body, MessageBody::InstallSnapshot { .. }));
+        if let Some(token) = rest.iter().find_map(|m| match m.body {
+            MessageBody::Heartbeat { token, .. } => Some(token),
+            _ => None,
+        }) {
+            self.metrics.heartbeat_sent(token, self.now);
+        }
         self.transport.send(rest);
         for m in snapshots {
             let MessageBody::InstallSnapshot { meta } = &m.body else {
@@ -518,12 +544,19 @@ impl<T: Transport> RaftLoop<T> {
                     tracing::info!(term, role = ?soft.role, leader = %show(soft.leader), previous_leader = %show(st.leader),
                         previous_role = ?st.role, "raft role or leader changed");
                 }
+                if soft.role == Role::Candidate && st.role != Role::Candidate {
+                    bump(&self.metrics.elections);
+                }
+                if soft.leader != st.leader {
+                    bump(&self.metrics.leader_changes);
+                }
                 if st.fatal.is_none() {
                     st.role = soft.role;
                     st.leader = soft.leader;
                 }
                 drop(st);
                 if soft.role != Role::Leader {
+                    self.commit_timer.clear();
                     // Reads waiting on a round this node can no longer finish.
                     let err = Error::NotLeader {
                         leader: soft.leader,
@@ -551,13 +584,15 @@ impl<T: Transport> RaftLoop<T> {
                 self.apply.install_snapshot(meta, data)?;
             }
             if !rd.entries.is_empty() || rd.hard_state.is_some() {
+                let sync = rd.must_sync && self.sync_log;
+                // Timed on the real clock: a metric only, never a decision.
+                let started = Instant::now();
                 self.storage
-                    .append(
-                        &rd.entries,
-                        rd.hard_state.as_ref(),
-                        rd.must_sync && self.sync_log,
-                    )
+                    .append(&rd.entries, rd.hard_state.as_ref(), sync)
                     .map_err(|e| e.to_string())?;
+                if sync {
+                    self.metrics.log_fsync.observe(started.elapsed());
+                }
             }
             self.send(std::mem::take(&mut rd.persisted_messages));
             if !rd.committed_entries.is_empty() {
@@ -573,6 +608,7 @@ impl<T: Transport> RaftLoop<T> {
             }
             self.raw.advance(rd);
             let s = self.raw.status();
+            self.commit_timer.committed(s.commit.0, self.now, &self.metrics.commit_latency);
             let mut st = self.status.lock();
             st.term = s.term.0;
             st.commit = s.commit.0;
@@ -601,6 +637,7 @@ impl<T: Transport> RaftLoop<T> {
                     drop(removed);
                     for id in gone {
                         tracing::info!(node = id, "removed from the cluster");
+                        self.metrics.forget_peer(id);
                         self.transport.remove_peer(id);
                     }
                 }

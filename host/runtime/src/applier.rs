@@ -45,6 +45,9 @@ pub struct ApplyBatch {
     pub writes: Vec<Write>,
     /// Events of the entries that succeeded, in entry order.
     pub events: Vec<EntryEvent>,
+    /// Fuel the plugin burned on the batch, every call counted (a batch
+    /// that fails as a whole runs again entry by entry).
+    pub fuel_used: u64,
 }
 
 type WitOutcome = Result<wit::Applied, wit::ApplyError>;
@@ -64,6 +67,8 @@ pub struct Applier {
     raw: Instance,
     /// The instance has run a call (or trapped): replace it before the next.
     used: bool,
+    /// Fuel burned by the calls of the batch being applied.
+    fuel_used: u64,
 }
 
 impl std::fmt::Debug for Applier {
@@ -76,7 +81,7 @@ impl Applier {
     /// Instantiates the plugin for applying.
     pub fn new(plugin: Arc<Plugin>) -> Result<Self, Fatal> {
         let (store, instance, raw) = plugin.instantiate(false).map_err(fatal_start)?;
-        Ok(Self { plugin, store, instance, raw, used: false })
+        Ok(Self { plugin, store, instance, raw, used: false, fuel_used: 0 })
     }
 
     /// The plugin this applier runs.
@@ -98,6 +103,7 @@ impl Applier {
     pub fn apply(&mut self, view: Arc<dyn StateView>, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal> {
         self.store.data_mut().view = view;
         self.store.data_mut().overlay.clear();
+        self.fuel_used = 0;
         let result = self.apply_with_view(entries);
         // Release the view: it may pin a storage snapshot or lock.
         self.store.data_mut().view = Arc::new(EmptyView);
@@ -157,7 +163,8 @@ impl Applier {
                 })
             })
             .collect();
-        ApplyBatch { outcomes, writes: self.store.data_mut().overlay.take_writes(), events }
+        let fuel_used = std::mem::take(&mut self.fuel_used);
+        ApplyBatch { outcomes, writes: self.store.data_mut().overlay.take_writes(), events, fuel_used }
     }
 
     /// One `apply` call with a fresh fuel budget. `Ok(Err(trap))` is a guest
@@ -172,6 +179,8 @@ impl Applier {
         }
         let (instance, store) = (&self.instance, &mut self.store);
         let result = catch_engine_panic(|| instance.call_apply(&mut *store, entries))?;
+        let left = self.store.get_fuel().unwrap_or(0);
+        self.fuel_used += self.plugin.fuel_per_entry().saturating_sub(left);
         self.store.data().env.reset();
         self.settle(result)
     }

@@ -88,7 +88,7 @@ impl StateMachine for NativeKv {
             outcomes.push(put(&mut batch, entry, &mut events)?);
         }
         let writes = batch.writes.into_iter().map(|(key, value)| Write { key, value }).collect();
-        Ok(ApplyBatch { outcomes, writes, events })
+        Ok(ApplyBatch { outcomes, writes, events, fuel_used: 0 })
     }
 }
 
