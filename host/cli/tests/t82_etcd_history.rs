@@ -135,3 +135,58 @@ async fn periodic_auto_compaction_discards_revisions_older_than_the_retention() 
     // The newest revision always stays readable.
     assert_eq!(ok(&all, &["get", "k", &format!("--rev={last}")]), "k\nnew\n");
 }
+
+/// A watcher that asks for fragments (clientv3's `WithFragment`) gets an
+/// answer over the request limit in parts, all but the last marked
+/// `fragment`, every event once; one that does not gets whole answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_asks_for_fragments_gets_large_answers_in_parts() {
+    use wasmraft_proto::etcdserverpb::kv_client::KvClient;
+    use wasmraft_proto::etcdserverpb::watch_client::WatchClient;
+    use wasmraft_proto::etcdserverpb::watch_request::RequestUnion;
+    use wasmraft_proto::etcdserverpb::{PutRequest, WatchCreateRequest, WatchRequest};
+
+    let _serial = serial();
+    let cluster = Cluster::start_with(3, "").await;
+    let addr = cluster.addr(cluster.leader().await).to_string();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    // Three values of 1 MiB: one page of history, over the 1.5 MiB limit.
+    let mut kv = KvClient::new(channel.clone());
+    let mut first = 0;
+    for i in 0..3 {
+        let put = PutRequest { key: format!("frag/{i}").into(), value: vec![b'x'; 1 << 20], ..Default::default() };
+        let revision = kv.put(put).await.unwrap().into_inner().header.unwrap().revision;
+        if i == 0 {
+            first = revision;
+        }
+    }
+    let mut watch = WatchClient::new(channel).max_decoding_message_size(16 << 20);
+    for fragment in [false, true] {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let create = WatchCreateRequest {
+            key: b"frag/".to_vec(),
+            range_end: b"frag0".to_vec(),
+            start_revision: first,
+            fragment,
+            ..Default::default()
+        };
+        tx.send(WatchRequest { request_union: Some(RequestUnion::CreateRequest(create)) }).await.unwrap();
+        let mut stream = watch.watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let (mut keys, mut marks) = (Vec::new(), Vec::new());
+        while keys.len() < 3 {
+            let r = tokio::time::timeout(Duration::from_secs(10), stream.message()).await.unwrap().unwrap().unwrap();
+            if r.created {
+                continue;
+            }
+            keys.extend(r.events.iter().map(|e| String::from_utf8_lossy(&e.kv.as_ref().unwrap().key).to_string()));
+            marks.push(r.fragment);
+        }
+        assert_eq!(keys, ["frag/0", "frag/1", "frag/2"], "every event once, in order (fragment: {fragment})");
+        if fragment {
+            assert!(marks.len() >= 2 && !marks.last().unwrap() && marks[..marks.len() - 1].iter().all(|m| *m), "{marks:?}");
+        } else {
+            assert!(marks.iter().all(|m| !m), "{marks:?}");
+        }
+        drop(tx);
+    }
+}

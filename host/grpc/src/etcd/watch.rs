@@ -11,8 +11,10 @@
 //! A watcher with `progress_notify` gets an empty response with the current
 //! revision after each interval in which it got nothing else; a progress
 //! request is answered (watch id -1) with the revision every watcher of the
-//! stream has been sent all events up to. `fragment` is accepted: answers
-//! are never split, as a page of history stays below 4 MiB.
+//! stream has been sent all events up to. A watcher created with
+//! `fragment` gets an answer larger than the node's request limit split, as
+//! etcd splits it: every part but the last is marked `fragment`, and each
+//! holds at least one event; clientv3 joins them again.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -75,6 +77,8 @@ struct Watcher {
     no_delete: bool,
     prev_kv: bool,
     progress_notify: bool,
+    /// Split answers over the request limit (etcd's `fragment`).
+    fragment: bool,
     /// Nothing was sent to it since the last progress tick.
     quiet: bool,
 }
@@ -90,6 +94,7 @@ impl Watcher {
             no_delete: has(FilterType::Nodelete),
             prev_kv: c.prev_kv,
             progress_notify: c.progress_notify,
+            fragment: c.fragment,
             quiet: true,
         }
     }
@@ -220,8 +225,10 @@ async fn serve(
             }
             w.quiet = false;
             let reply = WatchResponse { watch_id: *id, events: mine, ..Default::default() };
-            if tx.send(Ok(answer(revision, reply))).await.is_err() {
-                return;
+            for part in fragments(answer(revision, reply), w.fragment, node.max_request_bytes()) {
+                if tx.send(Ok(part)).await.is_err() {
+                    return;
+                }
             }
         }
     }
@@ -311,7 +318,11 @@ async fn create(
         }
         let events: Vec<Event> = answer.events.iter().filter_map(|e| watcher.wants(e)).collect();
         if !events.is_empty() {
-            send(WatchResponse { watch_id: id, events, ..Default::default() }, *revision).await.map_err(drop)?;
+            let reply = WatchResponse { watch_id: id, events, ..Default::default() };
+            let whole = WatchResponse { header: header(node, Some(ResponseHeader { revision: *revision, ..Default::default() })), ..reply };
+            for part in fragments(whole, watcher.fragment, node.max_request_bytes()) {
+                tx.send(Ok(part)).await.map_err(drop)?;
+            }
         }
         if !answer.more {
             // Live events take over after the state the last page read.
@@ -323,10 +334,61 @@ async fn create(
     }
 }
 
+/// `response` as it goes out: whole, or, for a watcher that asked for
+/// fragments and an answer over `limit` bytes, in parts of at most `limit`
+/// bytes of events (at least one event each), all but the last marked
+/// `fragment`, as etcd's `sendFragments` cuts them.
+fn fragments(response: WatchResponse, fragment: bool, limit: usize) -> Vec<WatchResponse> {
+    if !fragment || response.encoded_len() <= limit || response.events.len() < 2 {
+        return vec![response];
+    }
+    let mut template = response.clone();
+    template.events.clear();
+    let mut parts = Vec::new();
+    let mut part = template.clone();
+    for event in response.events {
+        if !part.events.is_empty() && part.encoded_len() + event.encoded_len() > limit {
+            parts.push(WatchResponse { fragment: true, ..std::mem::replace(&mut part, template.clone()) });
+        }
+        part.events.push(event);
+    }
+    parts.push(part);
+    parts
+}
+
 /// One page of the changes the KV plugin kept, from this node's state.
 async fn events_since(node: &Node, request: &EventsRequest) -> Result<EventsResponse, Status> {
     match plugin_query(node, KvRequest::RequestEvents(request.clone())).await? {
         KvResponse::ResponseEvents(events) => Ok(events),
         _ => Err(Status::internal("etcdserver: the KV plugin answered a history query with something else")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmraft_proto::mvccpb::KeyValue;
+
+    fn event(key: &str, bytes: usize) -> Event {
+        Event { kv: Some(KeyValue { key: key.into(), value: vec![b'v'; bytes], ..Default::default() }), ..Default::default() }
+    }
+
+    #[test]
+    fn large_answers_split_into_marked_fragments_only_when_asked() {
+        let whole = WatchResponse { watch_id: 7, events: (0..5).map(|i| event(&format!("k{i}"), 400)).collect(), ..Default::default() };
+        assert_eq!(fragments(whole.clone(), false, 1000), vec![whole.clone()], "not asked: whole");
+        assert_eq!(fragments(whole.clone(), true, 1 << 20), vec![whole.clone()], "under the limit: whole");
+
+        let parts = fragments(whole.clone(), true, 1000);
+        assert_eq!(parts.len(), 3, "two events of ~410 bytes fit in 1000");
+        assert!(parts.iter().all(|p| p.encoded_len() <= 1000 && p.watch_id == 7));
+        assert!(parts[..2].iter().all(|p| p.fragment) && !parts[2].fragment, "all but the last are fragments");
+        let joined: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
+        assert_eq!(joined, whole.events, "every event once, in order");
+
+        // An event over the limit alone still goes out, one per part.
+        let big = WatchResponse { events: vec![event("a", 3000), event("b", 3000)], ..Default::default() };
+        let parts = fragments(big, true, 1000);
+        assert_eq!(parts.iter().map(|p| p.events.len()).collect::<Vec<_>>(), vec![1, 1]);
     }
 }
