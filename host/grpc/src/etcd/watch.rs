@@ -5,7 +5,10 @@
 //! A watch that starts at a past revision first replays the changes since
 //! then from the history the KV plugin keeps, page by page, and then
 //! follows the live events from the revision after the last page's state,
-//! so that no revision is missed or sent twice. A watcher that starts below
+//! so that no revision is missed or sent twice. A stream too slow for the
+//! live events (its client stopped reading; the node keeps 4096 of them)
+//! is not cut off: each of its watchers catches up the same way from just
+//! after what it was sent, as etcd's unsynced watchers do. A watcher that starts below
 //! the compacted revision is created and then cancelled in a second
 //! response with `compact_revision`, as etcd does.
 //! A watcher with `progress_notify` gets an empty response with the current
@@ -69,10 +72,16 @@ impl Watch for EtcdWatch {
 }
 
 /// One watcher: a key range, the first revision it wants, its filters.
+#[derive(Clone)]
 struct Watcher {
     key: Vec<u8>,
     range_end: Vec<u8>,
     start: i64,
+    /// The revision of the last event sent to it, and the keys sent at that
+    /// revision (a revision's events may arrive in two batches): where a
+    /// catch-up from history resumes without a gap or a repeat.
+    sent_revision: i64,
+    sent_keys: Vec<Vec<u8>>,
     no_put: bool,
     no_delete: bool,
     prev_kv: bool,
@@ -90,6 +99,8 @@ impl Watcher {
             key: c.key.clone(),
             range_end: c.range_end.clone(),
             start,
+            sent_revision: 0,
+            sent_keys: Vec::new(),
             no_put: has(FilterType::Noput),
             no_delete: has(FilterType::Nodelete),
             prev_kv: c.prev_kv,
@@ -117,11 +128,27 @@ impl Watcher {
         if !in_range || filtered || kv.mod_revision < self.start {
             return None;
         }
+        if kv.mod_revision == self.sent_revision && self.sent_keys.iter().any(|k| k == key) {
+            return None; // sent before a catch-up replayed its revision
+        }
         let mut event = event.clone();
         if !self.prev_kv {
             event.prev_kv = None;
         }
         Some(event)
+    }
+
+    /// Notes `events` as sent.
+    fn sent(&mut self, events: &[Event]) {
+        for kv in events.iter().filter_map(|e| e.kv.as_ref()) {
+            if kv.mod_revision > self.sent_revision {
+                self.sent_revision = kv.mod_revision;
+                self.sent_keys.clear();
+            }
+            if kv.mod_revision == self.sent_revision {
+                self.sent_keys.push(kv.key.clone());
+            }
+        }
     }
 }
 
@@ -197,16 +224,19 @@ async fn serve(
                     batch
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    // Events were lost: every watcher must start again.
-                    for (id, _) in std::mem::take(&mut watchers) {
-                        let reply = WatchResponse {
-                            watch_id: id,
-                            canceled: true,
-                            cancel_reason: format!("etcdserver: the watcher fell {n} events behind; watch again"),
-                            ..Default::default()
-                        };
-                        if tx.send(Ok(answer(revision, reply))).await.is_err() {
-                            return;
+                    // This stream was too slow and live events were dropped:
+                    // every watcher catches up from the history the KV
+                    // plugin keeps, from just after what it was sent, then
+                    // follows live events again (etcd's unsynced watchers).
+                    tracing::info!(dropped = n, watchers = watchers.len(), "a watch stream fell behind; catching up from history");
+                    for (id, w) in std::mem::take(&mut watchers) {
+                        let from = if w.sent_revision > 0 { w.sent_revision } else { w.start };
+                        match replay(&node, &tx, id, w, from, &mut revision).await {
+                            Ok(Some(w)) => {
+                                watchers.insert(id, w);
+                            }
+                            Ok(None) => {} // compacted past it: cancelled
+                            Err(()) => return,
                         }
                     }
                     continue;
@@ -224,6 +254,7 @@ async fn serve(
                 continue;
             }
             w.quiet = false;
+            w.sent(&mine);
             let reply = WatchResponse { watch_id: *id, events: mine, ..Default::default() };
             for part in fragments(answer(revision, reply), w.fragment, node.max_request_bytes()) {
                 if tx.send(Ok(part)).await.is_err() {
@@ -284,15 +315,33 @@ async fn create(
     }
 
     // A past start: the history first, page by page.
-    let watcher = Watcher::new(c, c.start_revision);
+    send(created, *revision).await.map_err(drop)?;
+    if let Some(watcher) = replay(node, tx, id, Watcher::new(c, c.start_revision), c.start_revision, revision).await? {
+        watchers.insert(id, watcher);
+    }
+    Ok(())
+}
+
+/// Sends `watcher` (id `id`) the changes from revision `from` on that the
+/// KV plugin kept, page by page, and returns it ready for the live events
+/// after them; `None` once it is cancelled because `from` was compacted
+/// (a response of its own naming the compacted revision, as etcd's), `Err`
+/// when the stream is gone.
+async fn replay(
+    node: &Node,
+    tx: &mpsc::Sender<Result<WatchResponse, Status>>,
+    id: i64,
+    mut watcher: Watcher,
+    from: i64,
+    revision: &mut i64,
+) -> Result<Option<Watcher>, ()> {
     let mut page = EventsRequest {
-        key: c.key.clone(),
-        range_end: c.range_end.clone(),
-        start_revision: c.start_revision,
-        prev_kv: c.prev_kv,
+        key: watcher.key.clone(),
+        range_end: watcher.range_end.clone(),
+        start_revision: from,
+        prev_kv: watcher.prev_kv,
         limit: 0,
     };
-    let mut announced = false;
     loop {
         let answer = match events_since(node, &page).await {
             Ok(answer) => answer,
@@ -302,24 +351,22 @@ async fn create(
             }
         };
         *revision = (*revision).max(answer.header.map_or(0, |h| h.revision));
+        let header = |revision: i64| header(node, Some(ResponseHeader { revision, ..Default::default() }));
         if answer.compact_revision > 0 {
-            // As etcd: the watcher is created, then cancelled in a response
-            // of its own that names the compacted revision (no reason), which
-            // clients turn into ErrCompacted.
-            if !announced {
-                send(created.clone(), *revision).await.map_err(drop)?;
-            }
-            let reply = WatchResponse { watch_id: id, canceled: true, compact_revision: answer.compact_revision, ..Default::default() };
-            return send(reply, *revision).await.map_err(drop);
-        }
-        if !announced {
-            send(created.clone(), *revision).await.map_err(drop)?;
-            announced = true;
+            let reply = WatchResponse {
+                header: header(*revision),
+                watch_id: id,
+                canceled: true,
+                compact_revision: answer.compact_revision,
+                ..Default::default()
+            };
+            tx.send(Ok(reply)).await.map_err(drop)?;
+            return Ok(None);
         }
         let events: Vec<Event> = answer.events.iter().filter_map(|e| watcher.wants(e)).collect();
         if !events.is_empty() {
-            let reply = WatchResponse { watch_id: id, events, ..Default::default() };
-            let whole = WatchResponse { header: header(node, Some(ResponseHeader { revision: *revision, ..Default::default() })), ..reply };
+            watcher.sent(&events);
+            let whole = WatchResponse { header: header(*revision), watch_id: id, events, ..Default::default() };
             for part in fragments(whole, watcher.fragment, node.max_request_bytes()) {
                 tx.send(Ok(part)).await.map_err(drop)?;
             }
@@ -327,8 +374,8 @@ async fn create(
         if !answer.more {
             // Live events take over after the state the last page read.
             let through = answer.header.map_or(*revision, |h| h.revision);
-            watchers.insert(id, Watcher { start: through + 1, ..watcher });
-            return Ok(());
+            watcher.start = watcher.start.max(through + 1);
+            return Ok(Some(watcher));
         }
         page.start_revision = answer.next_revision;
     }
