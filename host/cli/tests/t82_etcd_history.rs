@@ -248,3 +248,80 @@ async fn a_watcher_that_falls_behind_catches_up_from_history() {
     );
     drop(tx);
 }
+
+/// Several watchers on one stream, each with its own range and filters;
+/// a cancelled one gets nothing more, the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_on_one_stream_keep_their_own_ranges_filters_and_cancels() {
+    use wasmraft_proto::etcdserverpb::kv_client::KvClient;
+    use wasmraft_proto::etcdserverpb::watch_client::WatchClient;
+    use wasmraft_proto::etcdserverpb::watch_create_request::FilterType;
+    use wasmraft_proto::etcdserverpb::watch_request::RequestUnion;
+    use wasmraft_proto::etcdserverpb::{DeleteRangeRequest, PutRequest, WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse};
+    use wasmraft_proto::mvccpb::event::EventType;
+
+    let _serial = serial();
+    let cluster = Cluster::start_with(3, "").await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addr(1))).unwrap().connect().await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut stream = WatchClient::new(channel.clone()).watch(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    macro_rules! next {
+        () => {
+            tokio::time::timeout(Duration::from_secs(10), stream.message()).await.unwrap().unwrap().unwrap()
+        };
+    }
+    let create = |key: &str, range_end: &str, filters: Vec<i32>| WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: key.into(),
+            range_end: range_end.into(),
+            filters,
+            ..Default::default()
+        })),
+    };
+    // 0: every change under w/; 1: deletes of w/x only; 2: puts under w/, cancelled below.
+    tx.send(create("w/", "w0", vec![])).await.unwrap();
+    tx.send(create("w/x", "", vec![FilterType::Noput as i32])).await.unwrap();
+    tx.send(create("w/", "w0", vec![FilterType::Nodelete as i32])).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = next!();
+        assert!(r.created, "{r:?}");
+        ids.push(r.watch_id);
+    }
+    let mut kv = KvClient::new(channel);
+    let put = |key: &str| PutRequest { key: key.into(), value: b"v".to_vec(), ..Default::default() };
+    kv.put(put("w/x")).await.unwrap();
+    kv.put(put("w/y")).await.unwrap();
+    kv.delete_range(DeleteRangeRequest { key: b"w/x".to_vec(), ..Default::default() }).await.unwrap();
+
+    // What each watcher saw: (watch id, event type, key).
+    let mut seen: Vec<(i64, i32, String)> = Vec::new();
+    let record = |r: WatchResponse, seen: &mut Vec<(i64, i32, String)>| {
+        for e in r.events {
+            seen.push((r.watch_id, e.r#type, String::from_utf8_lossy(&e.kv.unwrap().key).into()));
+        }
+    };
+    while seen.len() < 6 {
+        record(next!(), &mut seen);
+    }
+    let (put_t, del_t) = (EventType::Put as i32, EventType::Delete as i32);
+    let of = |id: i64| seen.iter().filter(|s| s.0 == id).map(|s| (s.1, s.2.clone())).collect::<Vec<_>>();
+    assert_eq!(of(ids[0]), [(put_t, "w/x".into()), (put_t, "w/y".into()), (del_t, "w/x".into())]);
+    assert_eq!(of(ids[1]), [(del_t, "w/x".to_string())]);
+    assert_eq!(of(ids[2]), [(put_t, "w/x".to_string()), (put_t, "w/y".to_string())]);
+
+    // Cancel watcher 2: it is answered, and only watcher 0 sees the next put.
+    tx.send(WatchRequest { request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id: ids[2] })) }).await.unwrap();
+    let r = next!();
+    assert!(r.canceled && r.watch_id == ids[2], "{r:?}");
+    kv.put(put("w/z")).await.unwrap();
+    let r = next!();
+    assert_eq!(r.watch_id, ids[0], "{r:?}");
+    assert_eq!(r.events.len(), 1);
+    // Nothing else comes: a put outside every range, then one the first sees.
+    kv.put(put("elsewhere")).await.unwrap();
+    kv.put(put("w/last")).await.unwrap();
+    let r = next!();
+    assert_eq!((r.watch_id, r.events[0].kv.as_ref().unwrap().key.as_slice()), (ids[0], &b"w/last"[..]));
+    drop(tx);
+}
