@@ -17,8 +17,23 @@ async fn a_hundred_concurrent_large_puts_succeed_without_an_election() {
     let _serial = serial();
     // 50 ticks of 20 ms: the default 1 s election timeout.
     let cluster = Cluster::start_opts(3, "", false, 50).await;
-    let leader = cluster.leader().await;
-    let term = status_of(cluster.addr(leader), None).await.unwrap().term;
+    // The election measured is one under load: first every node follows
+    // the same leader in the same term (a node still starting, compiling
+    // its plugin, may not have heard of it yet).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (leader, term) = loop {
+        let leader = cluster.leader().await;
+        let mut views = Vec::new();
+        for id in cluster.ids() {
+            views.push(status_of(cluster.addr(id), None).await.map(|s| (s.leader_id, s.term)));
+        }
+        let term = views[0].map_or(0, |v| v.1);
+        if views.iter().all(|v| *v == Some((leader, term))) {
+            break (leader, term);
+        }
+        assert!(std::time::Instant::now() < deadline, "the nodes do not agree on a leader: {views:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
 
     let tasks: Vec<_> = (0..PUTS)
         .map(|i| {
@@ -37,7 +52,13 @@ async fn a_hundred_concurrent_large_puts_succeed_without_an_election() {
 
     // No election: the same leader in the same term.
     let status = status_of(cluster.addr(leader), None).await.unwrap();
-    assert_eq!((status.role.as_str(), status.term), ("leader", term), "leadership changed under large puts");
+    let changes: String = cluster
+        .ids()
+        .into_iter()
+        .flat_map(|id| cluster.log(id).lines().filter(|l| l.contains("raft role or leader changed")).map(str::to_string).collect::<Vec<_>>())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!((status.role.as_str(), status.term), ("leader", term), "leadership changed under large puts:\n{changes}");
     // Every node catches up to the leader's commit index.
     let commit = status.commit_index;
     for id in cluster.ids() {
