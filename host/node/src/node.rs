@@ -420,6 +420,7 @@ impl Node {
             metrics: metrics.clone(),
             commit_timer: Default::default(),
             now: std::time::Instant::now(),
+            deferred: Default::default(),
         };
         tracing::info!(
             id = config.id,

@@ -141,6 +141,9 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// The time the current turn started (the clock every metric of the
     /// loop reads, simulated in the simulation).
     pub now: Instant,
+    /// Messages with entries taken from the inbox past a turn's byte
+    /// budget, in arrival order: the next turns take them first.
+    pub deferred: std::collections::VecDeque<LoopMsg>,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -151,7 +154,12 @@ impl<T: Transport> RaftLoop<T> {
             return;
         }
         loop {
-            let timeout = self.next_tick.saturating_duration_since(Instant::now());
+            // Deferred messages are work to do now: do not wait for more.
+            let timeout = if self.deferred.is_empty() {
+                self.next_tick.saturating_duration_since(Instant::now())
+            } else {
+                Duration::ZERO
+            };
             let first = match self.inbox.recv_timeout(timeout) {
                 Ok(m) => Some(m),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -186,21 +194,37 @@ impl<T: Transport> RaftLoop<T> {
         self.now = now;
         // What arrived while the last Ready was being written joins one
         // batch: one append, one fsync, one ReadIndex round. A turn takes
-        // at most TURN_BYTES of entries and TURN_MESSAGES messages; the
-        // rest waits for the next turn, so that ticks and heartbeats are
-        // never far apart however much is queued.
+        // at most TURN_BYTES of entries and TURN_MESSAGES messages, so that
+        // ticks are never far apart however much is queued. Messages with
+        // entries past the byte budget wait in `deferred`, in order, for
+        // the next turns, while the small ones queued behind them (votes,
+        // heartbeats and their answers, reads) are taken now: a heartbeat
+        // answer behind 64 MiB of proposals must not wait eight fsyncs, or
+        // check-quorum finds the quorum silent under load.
         let mut proposals = Vec::new();
         let mut reads = Vec::new();
         let mut lease_reads = Vec::new();
         let (mut turn_bytes, mut turn_messages) = (0u64, 0usize);
+        let mut held = std::collections::VecDeque::new();
         let mut next = first;
-        while let Some(msg) = next.take().or_else(|| {
-            (turn_bytes < TURN_BYTES && turn_messages < TURN_MESSAGES)
-                .then(|| self.inbox.try_recv().ok())
-                .flatten()
-        }) {
-            turn_bytes += msg.entry_bytes();
+        loop {
+            let msg = match next.take() {
+                Some(msg) => msg,
+                None if turn_messages >= TURN_MESSAGES => break,
+                None => {
+                    let earlier = if turn_bytes < TURN_BYTES { self.deferred.pop_front() } else { None };
+                    match earlier.or_else(|| self.inbox.try_recv().ok()) {
+                        Some(msg) => msg,
+                        None => break,
+                    }
+                }
+            };
             turn_messages += 1;
+            if turn_bytes >= TURN_BYTES && msg.entry_bytes() > 0 {
+                held.push_back(msg);
+                continue;
+            }
+            turn_bytes += msg.entry_bytes();
             match msg {
                 LoopMsg::Propose {
                     command,
@@ -298,6 +322,7 @@ impl<T: Transport> RaftLoop<T> {
                 LoopMsg::Shutdown => return Flow::Stop,
             }
         }
+        self.deferred.extend(held);
         // Catch up on every tick missed while this process was stalled
         // (a pause, a slow fsync) before anything reads the core's clock:
         // a leader paused past its lease must not serve lease reads on
