@@ -60,6 +60,9 @@ async fn a_node_cut_off_from_its_quorum_is_live_but_not_ready_until_it_heals() {
     let changes: Vec<&str> = log.lines().filter(|l| l.contains("raft role or leader changed")).collect();
     assert!(changes.len() >= 2, "the lost and the regained leader are logged:\n{log}");
     assert!(changes.iter().all(|l| l.contains(&format!("node{{id={cut}}}"))), "{changes:?}");
+    // The start's lines too.
+    let opening = log.lines().find(|l| l.contains("opening the data directory")).unwrap_or_else(|| panic!("{log}"));
+    assert!(opening.contains(&format!("node{{id={cut}}}")), "{opening}");
 }
 
 /// A scrape of node `id`'s `/metrics`: every sample, `name{labels}` to value.

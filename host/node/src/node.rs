@@ -223,7 +223,11 @@ impl Node {
         wasm: &[u8],
         transport: T,
     ) -> Result<Node, StartError> {
+        // The start's own lines (opening the data directory, compiling the
+        // plugin) name the node too.
+        let starting = tracing::info_span!("node", id = config.id).entered();
         let Parts { node, raft_loop, worker, apply_tasks } = Self::assemble(config, wasm, transport)?;
+        drop(starting);
         let (status, id) = (node.inner.status.clone(), node.id());
         // A worker that panics records why, once, so that the other worker
         // and every caller see the node is dead rather than half-alive.
