@@ -108,6 +108,9 @@ impl Storage {
         let mut input = std::io::BufReader::new(std::fs::File::open(file).map_err(io)?);
         let mut header = [0u8; 33];
         input.read_exact(&mut header).map_err(io)?;
+        if header[16] != VERSION {
+            return Err(malformed(format!("format version {} (this build reads {VERSION})", header[16])));
+        }
         let index = u64::from_be_bytes(header[17..25].try_into().expect("8 bytes"));
         let mut summary = BackupSummary { index, keys: 0, bytes: 0, digest };
         let mut batch = WriteBatch::default();
@@ -257,15 +260,20 @@ fn read_u8(input: &mut impl Read) -> Result<u8, StorageError> {
     Ok(b[0])
 }
 
-fn read_bytes(input: &mut impl Read) -> Result<Vec<u8>, StorageError> {
+fn read_bytes<R: Read>(input: &mut R) -> Result<Vec<u8>, StorageError> {
     let mut len = [0u8; 4];
     input.read_exact(&mut len).map_err(|_| malformed("it ends inside a record".into()))?;
     let len = u32::from_be_bytes(len) as usize;
     if len > 1 << 30 {
         return Err(malformed(format!("a record of {len} bytes")));
     }
-    let mut bytes = vec![0u8; len];
-    input.read_exact(&mut bytes).map_err(|_| malformed("it ends inside a record".into()))?;
+    // Read, not allocated ahead: a length the file does not hold costs
+    // only what the file has.
+    let mut bytes = Vec::new();
+    input.take(len as u64).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() < len {
+        return Err(malformed("it ends inside a record".into()));
+    }
     Ok(bytes)
 }
 

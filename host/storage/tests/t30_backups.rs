@@ -77,3 +77,43 @@ fn damaged_truncated_or_foreign_files_are_refused_and_write_nothing() {
         assert!(target.is_empty().unwrap() && target.apply_reader().dump().unwrap().is_empty(), "{name}: nothing written");
     }
 }
+
+/// A file whose digest matches but whose body is wrong (another format
+/// version, an unknown record kind, a length past the file or past any
+/// honest record) is refused and writes nothing: the digest only catches
+/// damage, not a crafted file.
+#[test]
+fn a_crafted_body_under_a_good_digest_is_refused_and_writes_nothing() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let s = source(dir.path(), 10);
+    let good = std::fs::read(backup_file(dir.path(), &s)).unwrap();
+    // Header: 16 bytes of magic, the version, index and term; then records.
+    let first_record = 16 + 1 + 8 + 8;
+    let redigest = |mut b: Vec<u8>| {
+        let body = b.len() - 32;
+        let digest = sha2::Sha256::digest(&b[..body]);
+        b[body..].copy_from_slice(&digest);
+        b
+    };
+    let with = |at: usize, bytes: &[u8]| {
+        let mut b = good.clone();
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+        redigest(b)
+    };
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        ("version", with(16, &[2]), "format version 2"),
+        ("kind", with(first_record, &[9]), "unknown kind 9"),
+        ("past the file", with(first_record + 1, &(1u32 << 29).to_be_bytes()), "ends inside a record"),
+        ("past any record", with(first_record + 1, &u32::MAX.to_be_bytes()), "a record of 4294967295 bytes"),
+    ];
+    for (name, bytes, expected) in cases {
+        let file = dir.path().join(name);
+        std::fs::write(&file, bytes).unwrap();
+        verify_backup(&file).unwrap();
+        let target = open(dir.path(), &format!("target-{name}"));
+        let err = target.restore_backup(&file, &Membership::new([NodeId(1)]), 7).unwrap_err();
+        assert!(matches!(&err, StorageError::Refused(m) if m.contains(expected)), "{name}: {err}");
+        assert!(target.is_empty().unwrap() && target.apply_reader().dump().unwrap().is_empty(), "{name}: nothing written");
+    }
+}
