@@ -21,7 +21,7 @@ pub struct Endpoints {
     pub endpoints: Vec<String>,
     /// How long a command keeps trying (another endpoint, a new leader)
     /// before it gives up: 10s, 500ms, 1m.
-    #[arg(long, env = "WASMRAFT_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
+    #[arg(long, env = "WASMRAFT_TIMEOUT", default_value = "10s", value_parser = wasmraft_grpc::etcd::parse_duration)]
     pub timeout: std::time::Duration,
     /// Speak TLS, trusting the CA in this PEM file (the cluster CA, which
     /// signs the nodes' certificates).
@@ -44,10 +44,6 @@ pub struct Endpoints {
         requires = "tls_cert"
     )]
     pub key: Option<PathBuf>,
-}
-
-fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
-    wasmraft_grpc::etcd::parse_duration(text)
 }
 
 impl Endpoints {

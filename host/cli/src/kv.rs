@@ -28,7 +28,7 @@ pub enum Keys {
 }
 
 /// etcd's key and range end for `keys` around `key`.
-fn bounds(key: &str, keys: Keys) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn bounds(key: &str, keys: Keys) -> (Vec<u8>, Vec<u8>) {
     match keys {
         Keys::One => (key.into(), Vec::new()),
         Keys::Prefix if key.is_empty() => (vec![0], vec![0]),

@@ -56,25 +56,31 @@ fn problem(s: &StatusResponse) -> Option<String> {
     }
 }
 
+/// One node's status asked at `endpoint` within `timeout`, once, and what
+/// is wrong with it (`None`: healthy); no status if it did not answer.
+async fn health(endpoint: &str, tls: Option<wasmraft_client::TlsConfig>, timeout: std::time::Duration) -> (Option<StatusResponse>, Option<String>) {
+    let answer = match Client::with_tls([endpoint], tls) {
+        Ok(mut c) => tokio::time::timeout(timeout, c.status()).await.unwrap_or_else(|_| {
+            Err(wasmraft_client::ClientError::Unreachable { endpoints: endpoint.to_string(), last: "timed out".into() })
+        }),
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(s) => {
+            let p = problem(&s);
+            (Some(s), p)
+        }
+        Err(e) => (None, Some(format!("unreachable: {e}"))),
+    }
+}
+
 /// `status --all`: every endpoint's status, one row each.
 pub async fn status_all(a: &StatusCmdArgs) -> anyhow::Result<()> {
     let tls = a.endpoints.tls()?;
     let mut rows = Vec::new();
     let mut healthy = true;
     for endpoint in &a.endpoints.endpoints {
-        let answer = match Client::with_tls([endpoint], tls.clone()) {
-            Ok(mut c) => tokio::time::timeout(a.endpoints.timeout, c.status()).await.unwrap_or_else(|_| {
-                Err(wasmraft_client::ClientError::Unreachable { endpoints: endpoint.clone(), last: "timed out".into() })
-            }),
-            Err(e) => Err(e),
-        };
-        let (status, problem) = match answer {
-            Ok(s) => {
-                let p = problem(&s);
-                (Some(s), p)
-            }
-            Err(e) => (None, Some(format!("unreachable: {e}"))),
-        };
+        let (status, problem) = health(endpoint, tls.clone(), a.endpoints.timeout).await;
         healthy &= problem.is_none();
         rows.push((endpoint.clone(), status, problem));
     }
@@ -117,29 +123,6 @@ pub async fn status_all(a: &StatusCmdArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How a member is doing, asked at its client address: `ok`, or what is
-/// wrong (fatal, removed, no leader known, unreachable).
-async fn member_state(address: &str, endpoints: &Endpoints) -> String {
-    if address.is_empty() {
-        return "unknown (no client address yet)".into();
-    }
-    let tls = match endpoints.tls() {
-        Ok(tls) => tls,
-        Err(e) => return format!("unknown ({e})"),
-    };
-    // One attempt, briefly: a dead member must not hold up the table.
-    let timeout = endpoints.timeout.min(std::time::Duration::from_secs(2));
-    let asked = match Client::with_tls([address], tls) {
-        Ok(mut c) => tokio::time::timeout(timeout, c.status()).await,
-        Err(e) => Ok(Err(e)),
-    };
-    match asked {
-        Ok(Ok(s)) => problem(&s).unwrap_or_else(|| "ok".into()),
-        Ok(Err(e)) => format!("unreachable: {e}"),
-        Err(_) => "unreachable: no answer in time".into(),
-    }
-}
-
 /// `members`: the configuration from the leader's view, each member's
 /// state asked of the member itself, and the ids removed.
 pub async fn print_members(
@@ -147,9 +130,16 @@ pub async fn print_members(
     endpoints: &Endpoints,
     write_out: WriteOut,
 ) -> anyhow::Result<()> {
+    // Each member asked once, briefly: a dead one must not hold up the table.
+    let tls = endpoints.tls()?;
+    let timeout = endpoints.timeout.min(std::time::Duration::from_secs(2));
     let mut states = Vec::with_capacity(r.members.len());
     for m in &r.members {
-        states.push(member_state(&m.client_address, endpoints).await);
+        states.push(if m.client_address.is_empty() {
+            "unknown (no client address yet)".to_string()
+        } else {
+            health(&m.client_address, tls.clone(), timeout).await.1.unwrap_or_else(|| "ok".into())
+        });
     }
     if write_out == WriteOut::Json {
         let mut members: Vec<Value> = r

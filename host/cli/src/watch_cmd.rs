@@ -26,13 +26,7 @@ enum Ended {
 pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
     let tls = a.endpoints.tls()?;
     let endpoints = &a.endpoints.endpoints;
-    let prefix = a.prefix.into_bytes();
-    let (key, range_end) = if prefix.is_empty() {
-        (vec![0], vec![0])
-    } else {
-        let end = wasmraft_proto::prefix_range_end(&prefix);
-        (prefix, end)
-    };
+    let (key, range_end) = crate::kv::bounds(&a.prefix, crate::kv::Keys::Prefix);
     // 0 until the first stream starts: from now on.
     let mut next_revision = 0i64;
     let mut turn = 0usize;

@@ -210,7 +210,7 @@ fn render_work(out: &mut String, nodes: &[Node]) {
     use std::sync::atomic::Ordering::Relaxed;
     use wasmraft_node::{NodeMetrics, RequestKind};
 
-    let ids: Vec<u64> = nodes.iter().map(|n| n.status().id).collect();
+    let ids: Vec<u64> = nodes.iter().map(Node::id).collect();
     let head = |out: &mut String, name: &str, kind: &str, help: &str| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     };
@@ -247,7 +247,7 @@ fn render_work(out: &mut String, nodes: &[Node]) {
 
     type Count = fn(&NodeMetrics) -> u64;
     let counters: [(&str, &str, Count); 9] = [
-        ("wasmraft_applied_entries_total", "Committed entries applied.", |m| m.applied_entries.load(Relaxed)),
+        ("wasmraft_applied_entries_total", "Committed entries applied.", |m| m.apply_batch_size.read().2 as u64),
         ("wasmraft_elections_total", "Elections this node started as a candidate (after winning a pre-vote).", |m| m.elections.load(Relaxed)),
         ("wasmraft_leader_changes_total", "Times this node saw the leader change (or go).", |m| m.leader_changes.load(Relaxed)),
         ("wasmraft_read_index_rounds_total", "ReadIndex rounds this node started as leader (one per batch of reads).", |m| m.read_index_rounds.load(Relaxed)),

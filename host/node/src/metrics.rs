@@ -144,13 +144,10 @@ const HEARTBEAT_ROUNDS_KEPT: usize = 16;
 pub struct NodeMetrics {
     requests: [[AtomicU64; OUTCOMES.len()]; RequestKind::ALL.len()],
     latency: [Histogram; RequestKind::ALL.len()],
-    /// Batches of committed entries applied.
-    pub apply_batches: AtomicU64,
-    /// Committed entries applied.
-    pub applied_entries: AtomicU64,
     /// The time each batch took (state machine and storage write).
     pub apply_latency: Histogram,
-    /// Entries per applied batch.
+    /// Entries per applied batch (its count is the batches applied, its
+    /// sum the entries).
     pub apply_batch_size: Histogram,
     /// Fuel the plugin burned applying entries.
     pub plugin_fuel: AtomicU64,
@@ -182,8 +179,6 @@ impl Default for NodeMetrics {
         Self {
             requests: Default::default(),
             latency: Default::default(),
-            apply_batches: AtomicU64::new(0),
-            applied_entries: AtomicU64::new(0),
             apply_latency: Histogram::default(),
             apply_batch_size: Histogram::new(&BATCH_BUCKETS),
             plugin_fuel: AtomicU64::new(0),
@@ -227,8 +222,6 @@ impl NodeMetrics {
 
     /// Counts one applied batch of `entries`.
     pub(crate) fn applied_batch(&self, entries: usize, took: Duration) {
-        bump(&self.apply_batches);
-        self.applied_entries.fetch_add(entries as u64, Ordering::Relaxed);
         self.apply_batch_size.observe_value(entries as f64);
         self.apply_latency.observe(took);
     }

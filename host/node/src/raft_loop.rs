@@ -236,13 +236,15 @@ impl<T: Transport> RaftLoop<T> {
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                 LoopMsg::Step(m) => {
                     self.peer_inbox.release(&m);
-                    let token = match m.body {
-                        MessageBody::HeartbeatResponse { token } => Some(token),
-                        _ => None,
+                    let (from, token) = match m.body {
+                        MessageBody::HeartbeatResponse { token } => (m.from.0, Some(token)),
+                        _ => (m.from.0, None),
                     };
-                    self.metrics.heard_from(m.from.0, now, token);
-                    if let Err(e) = self.raw.step(m) {
-                        self.dropped.note(&e);
+                    match self.raw.step(m) {
+                        // Heard only what the core took: a refused message
+                        // says nothing of its claimed sender.
+                        Ok(()) => self.metrics.heard_from(from, now, token),
+                        Err(e) => self.dropped.note(&e),
                     }
                 }
                 LoopMsg::Applied(index) => self.raw.applied_to(index),

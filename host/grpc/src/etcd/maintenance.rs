@@ -147,11 +147,11 @@ impl Maintenance for EtcdMaintenance {
             .map_err(|e| Status::internal(format!("etcdserver: backup: {e}")))?
             .map_err(etcd_status)?;
         tracing::info!(index = backup.index().0, "sending a backup (etcd snapshot)");
-        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
+        // The first message carries the header.
+        let mut header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
         let (tx, rx) = tokio::sync::mpsc::channel(2);
         tokio::task::spawn_blocking(move || {
             let mut next = backup.next_chunk();
-            let mut first = true;
             loop {
                 let chunk = match next {
                     Ok(Some(chunk)) => chunk,
@@ -165,12 +165,11 @@ impl Maintenance for EtcdMaintenance {
                 // Only the last message knows nothing remains.
                 let remaining = if matches!(next, Ok(None)) { 0 } else { 1 };
                 let response = SnapshotResponse {
-                    header: if first { header.clone() } else { None },
+                    header: header.take(),
                     remaining_bytes: remaining,
                     blob: chunk,
                     version: ETCD_API_VERSION.to_string(),
                 };
-                first = false;
                 if tx.blocking_send(Ok(response)).is_err() {
                     return;
                 }

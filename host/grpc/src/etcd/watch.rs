@@ -72,7 +72,6 @@ impl Watch for EtcdWatch {
 }
 
 /// One watcher: a key range, the first revision it wants, its filters.
-#[derive(Clone)]
 struct Watcher {
     key: Vec<u8>,
     range_end: Vec<u8>,
@@ -166,10 +165,6 @@ async fn serve(
     let mut events = node.subscribe();
     let mut watchers: BTreeMap<i64, Watcher> = BTreeMap::new();
     let mut next_id = 0i64;
-    let answer = |revision: i64, r: WatchResponse| {
-        let header = header(&node, Some(ResponseHeader { revision, ..Default::default() }));
-        WatchResponse { header, ..r }
-    };
     let mut revision = 0i64;
     loop {
         let batch = tokio::select! {
@@ -197,7 +192,7 @@ async fn serve(
                     Some(RequestUnion::ProgressRequest(_)) => WatchResponse { watch_id: -1, ..Default::default() },
                     None => continue,
                 };
-                if tx.send(Ok(answer(revision, reply))).await.is_err() {
+                if tx.send(Ok(stamped(&node, revision, reply))).await.is_err() {
                     return;
                 }
                 continue;
@@ -206,7 +201,7 @@ async fn serve(
                 for (id, w) in watchers.iter_mut() {
                     if w.progress_notify && w.quiet {
                         let reply = WatchResponse { watch_id: *id, ..Default::default() };
-                        if tx.send(Ok(answer(revision, reply))).await.is_err() {
+                        if tx.send(Ok(stamped(&node, revision, reply))).await.is_err() {
                             return;
                         }
                     }
@@ -256,7 +251,7 @@ async fn serve(
             w.quiet = false;
             w.sent(&mine);
             let reply = WatchResponse { watch_id: *id, events: mine, ..Default::default() };
-            for part in fragments(answer(revision, reply), w.fragment, node.max_request_bytes()) {
+            for part in fragments(stamped(&node, revision, reply), w.fragment, node.max_request_bytes()) {
                 if tx.send(Ok(part)).await.is_err() {
                     return;
                 }
@@ -276,10 +271,7 @@ async fn create(
     c: &WatchCreateRequest,
     revision: &mut i64,
 ) -> Result<(), ()> {
-    let send = |r: WatchResponse, revision: i64| {
-        let header = header(node, Some(ResponseHeader { revision, ..Default::default() }));
-        tx.send(Ok(WatchResponse { header, ..r }))
-    };
+    let send = |r: WatchResponse, revision: i64| tx.send(Ok(stamped(node, revision, r)));
     if c.start_revision < 0 {
         // etcd refuses a negative start at once, with watch id -1.
         let reply = WatchResponse {
@@ -351,22 +343,15 @@ async fn replay(
             }
         };
         *revision = (*revision).max(answer.header.map_or(0, |h| h.revision));
-        let header = |revision: i64| header(node, Some(ResponseHeader { revision, ..Default::default() }));
         if answer.compact_revision > 0 {
-            let reply = WatchResponse {
-                header: header(*revision),
-                watch_id: id,
-                canceled: true,
-                compact_revision: answer.compact_revision,
-                ..Default::default()
-            };
-            tx.send(Ok(reply)).await.map_err(drop)?;
+            let reply = WatchResponse { watch_id: id, canceled: true, compact_revision: answer.compact_revision, ..Default::default() };
+            tx.send(Ok(stamped(node, *revision, reply))).await.map_err(drop)?;
             return Ok(None);
         }
         let events: Vec<Event> = answer.events.iter().filter_map(|e| watcher.wants(e)).collect();
         if !events.is_empty() {
             watcher.sent(&events);
-            let whole = WatchResponse { header: header(*revision), watch_id: id, events, ..Default::default() };
+            let whole = stamped(node, *revision, WatchResponse { watch_id: id, events, ..Default::default() });
             for part in fragments(whole, watcher.fragment, node.max_request_bytes()) {
                 tx.send(Ok(part)).await.map_err(drop)?;
             }
@@ -381,6 +366,11 @@ async fn replay(
     }
 }
 
+/// `r` with etcd's header at `revision`.
+fn stamped(node: &Node, revision: i64, r: WatchResponse) -> WatchResponse {
+    WatchResponse { header: header(node, Some(ResponseHeader { revision, ..Default::default() })), ..r }
+}
+
 /// `response` as it goes out: whole, or, for a watcher that asked for
 /// fragments and an answer over `limit` bytes, in parts of at most `limit`
 /// bytes of events (at least one event each), all but the last marked
@@ -389,11 +379,11 @@ fn fragments(response: WatchResponse, fragment: bool, limit: usize) -> Vec<Watch
     if !fragment || response.encoded_len() <= limit || response.events.len() < 2 {
         return vec![response];
     }
-    let mut template = response.clone();
-    template.events.clear();
+    let mut template = response;
+    let events = std::mem::take(&mut template.events);
     let mut parts = Vec::new();
     let mut part = template.clone();
-    for event in response.events {
+    for event in events {
         if !part.events.is_empty() && part.encoded_len() + event.encoded_len() > limit {
             parts.push(WatchResponse { fragment: true, ..std::mem::replace(&mut part, template.clone()) });
         }
