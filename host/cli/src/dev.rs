@@ -80,6 +80,10 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         clients.push(l.client.local_addr()?.to_string());
         listeners.push(l);
     }
+    let metrics = match args.metrics_listen {
+        Some(addr) => Some(crate::run::bind_metrics(addr).await?),
+        None => None,
+    };
     // One cluster id per data directory: a restart finds its own.
     let cluster_id = wasmraft_node::derive_cluster_id(&format!("dev {}", data_dir.display()), &BTreeMap::new());
 
@@ -130,13 +134,12 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .wait_for_leader()
         .await
         .context("the cluster did not elect a leader")?;
-    if let Some(addr) = args.metrics_listen {
+    if let Some(listener) = metrics {
         crate::run::serve_metrics(
             served.iter().map(|s| s.node.clone()).collect(),
-            addr,
+            listener,
             stop.clone(),
-        )
-        .await?;
+        )?;
     }
 
     let plugin_name = if args.plugin.is_some() {

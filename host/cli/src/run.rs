@@ -44,6 +44,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::debug!(config = ?config, listen = %file.listen, peer_listen = %peer_listen, ?peers, tls = ?tls, "effective configuration");
     tracing::info!(members = ?peers, etcd = ?etcd, "cluster members (peer addresses) and etcd API settings");
     let listeners = Listeners::bind(file.listen, peer_listen).await?;
+    // Bound with the others, before the node opens: a port conflict fails
+    // the start, and a probe that reaches the client port finds /metrics.
+    let metrics = match file.metrics_listen {
+        Some(addr) => Some(bind_metrics(addr).await?),
+        None => None,
+    };
     let (stop_tx, stop) = watch::channel(false);
     let faults = wasmraft_grpc::Faults::new(file.fault_injection);
     let server = start(
@@ -57,8 +63,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         etcd,
         stop.clone(),
     )?;
-    if let Some(addr) = file.metrics_listen {
-        serve_metrics(vec![server.node.clone()], addr, stop).await?;
+    if let Some(listener) = metrics {
+        serve_metrics(vec![server.node.clone()], listener, stop)?;
     }
     let fatal = tokio::select! {
         _ = shutdown_signal() => None,
@@ -203,15 +209,19 @@ pub fn start(
     Ok(Served { node, server })
 }
 
-/// Serves Prometheus metrics for `nodes` on `addr` until `stop` turns true.
-pub async fn serve_metrics(
+/// The listener for Prometheus metrics and the health probes.
+pub async fn bind_metrics(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {addr}"))
+}
+
+/// Serves Prometheus metrics for `nodes` on `listener` until `stop` turns true.
+pub fn serve_metrics(
     nodes: Vec<Node>,
-    addr: std::net::SocketAddr,
+    listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
     tracing::info!(address = %listener.local_addr()?, "serving Prometheus metrics at /metrics, and /livez, /readyz, /health");
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
