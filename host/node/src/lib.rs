@@ -22,6 +22,7 @@ mod envelope;
 mod error;
 mod kv_plugin;
 mod local_cluster;
+mod log_writer;
 mod metrics;
 mod node;
 mod peer_inbox;

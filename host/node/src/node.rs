@@ -226,7 +226,10 @@ impl Node {
         // The start's own lines (opening the data directory, compiling the
         // plugin) name the node too.
         let starting = tracing::info_span!("node", id = config.id).entered();
-        let Parts { node, raft_loop, worker, apply_tasks } = Self::assemble(config, wasm, transport)?;
+        let Parts { node, mut raft_loop, worker, apply_tasks } = Self::assemble(config, wasm, transport)?;
+        let (writer, writes) = crate::log_writer::LogWriter::thread();
+        raft_loop.writer = writer;
+        let (storage, written) = (node.inner.storage.clone(), raft_loop.self_tx.clone());
         drop(starting);
         let (status, id) = (node.inner.status.clone(), node.id());
         // A worker that panics records why, once, so that the other worker
@@ -257,6 +260,8 @@ impl Node {
         *node.inner.threads.lock() = vec![
             spawn("apply", Box::new(move || worker.run(apply_tasks))),
             spawn("raft", Box::new(move || raft_loop.run())),
+            // Ends when the Raft loop does (it drops the other end).
+            spawn("log-writer", Box::new(move || crate::log_writer::run(storage, writes, written))),
         ];
         Ok(node)
     }
@@ -425,6 +430,17 @@ impl Node {
             commit_timer: Default::default(),
             now: std::time::Instant::now(),
             deferred: Default::default(),
+            // The simulation's; a started node's runs on its own thread.
+            writer: crate::log_writer::LogWriter::Held {
+                job: None,
+                storage: storage.clone(),
+                done: raft_tx.clone(),
+            },
+            in_flight: None,
+            unwritten_bytes: 0,
+            slow_syncs: crate::raft_loop::SlowSyncs::new(
+                config.tick_interval * config.election_ticks as u32 / 2,
+            ),
         };
         tracing::info!(
             id = config.id,

@@ -11,13 +11,14 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use wasmraft_raft::{
     Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId,
-    Role,
+    Ready, Role,
 };
 use wasmraft_storage::{StagedSnapshot, Storage};
 
 use crate::apply::{ApplyPort, ApplyTask};
 use crate::envelope::Envelope;
 use crate::error::Error;
+use crate::log_writer::{LogWrite, LogWriter};
 use crate::metrics::{CommitTimer, NodeMetrics, bump};
 use crate::node::{Members, NodeStatus};
 use crate::transport::Transport;
@@ -75,6 +76,9 @@ pub(crate) enum LoopMsg {
     },
     /// The apply worker has applied through this index.
     Applied(Index),
+    /// The log writer made the writes of the Ready in flight durable (how
+    /// long they took), or failed.
+    Persisted(Result<Duration, String>),
     /// Fault injection: make a worker fail.
     InjectFault(crate::node::Worker),
     Shutdown,
@@ -144,6 +148,27 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// Messages with entries taken from the inbox past a turn's byte
     /// budget, in arrival order: the next turns take them first.
     pub deferred: std::collections::VecDeque<LoopMsg>,
+    /// Synced appends slower than half an election timeout: logged at most
+    /// every few seconds, as a disk this slow costs followers' heartbeat
+    /// answers and the leader its quorum.
+    pub slow_syncs: SlowSyncs,
+    /// Entry bytes taken in since the last Ready (at most about
+    /// `TURN_BYTES`).
+    pub unwritten_bytes: u64,
+    /// Where a Ready's entries and hard state are written.
+    pub writer: LogWriter,
+    /// The Ready whose writes the log writer is making durable; the rest of
+    /// it waits for [`LoopMsg::Persisted`]. No other Ready is taken
+    /// meanwhile.
+    pub in_flight: Option<InFlight>,
+}
+
+/// A Ready being written, whether its write is synced, and how many
+/// entries it writes.
+pub(crate) struct InFlight {
+    ready: Ready,
+    sync: bool,
+    entries: usize,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -154,8 +179,9 @@ impl<T: Transport> RaftLoop<T> {
             return;
         }
         loop {
-            // Deferred messages are work to do now: do not wait for more.
-            let timeout = if self.deferred.is_empty() {
+            // Deferred messages are work to do now, if the next Ready has
+            // room for them: do not wait for more.
+            let timeout = if self.deferred.is_empty() || !self.has_room() {
                 self.next_tick.saturating_duration_since(Instant::now())
             } else {
                 Duration::ZERO
@@ -169,6 +195,11 @@ impl<T: Transport> RaftLoop<T> {
                 return;
             }
         }
+    }
+
+    /// Whether the next Ready has room for more entries.
+    fn has_room(&self) -> bool {
+        self.unwritten_bytes < TURN_BYTES
     }
 
     /// Before the first turn: a node removed before it last stopped stays
@@ -193,26 +224,30 @@ impl<T: Transport> RaftLoop<T> {
         let me = self.raw.status().id.0;
         self.now = now;
         // What arrived while the last Ready was being written joins one
-        // batch: one append, one fsync, one ReadIndex round. A turn takes
-        // at most TURN_BYTES of entries and TURN_MESSAGES messages, so that
-        // ticks are never far apart however much is queued. Messages with
-        // entries past the byte budget wait in `deferred`, in order, for
-        // the next turns, while the small ones queued behind them (votes,
-        // heartbeats and their answers, reads) are taken now: a heartbeat
-        // answer behind 64 MiB of proposals must not wait eight fsyncs, or
+        // batch: one append, one fsync, one ReadIndex round. One Ready
+        // takes at most TURN_BYTES of entries (`unwritten_bytes`) and a turn
+        // TURN_MESSAGES messages, so that each write is bounded and ticks
+        // are never far apart however much is queued. Messages with entries
+        // past the byte budget wait in `deferred`, in order, for the next
+        // Ready, while the small ones queued behind them (votes, heartbeats
+        // and their answers, reads) are taken now: a heartbeat answer
+        // behind 64 MiB of proposals must not wait eight fsyncs, or
         // check-quorum finds the quorum silent under load.
         let mut proposals = Vec::new();
         let mut reads = Vec::new();
         let mut lease_reads = Vec::new();
-        let (mut turn_bytes, mut turn_messages) = (0u64, 0usize);
+        let mut turn_messages = 0usize;
         let mut held = std::collections::VecDeque::new();
+        // A Ready's writes may be in flight meanwhile (see `handle_readies`):
+        // the core takes messages between a Ready and its `advance`.
+        let mut persisted = None;
         let mut next = first;
         loop {
             let msg = match next.take() {
                 Some(msg) => msg,
                 None if turn_messages >= TURN_MESSAGES => break,
                 None => {
-                    let earlier = if turn_bytes < TURN_BYTES { self.deferred.pop_front() } else { None };
+                    let earlier = if self.has_room() { self.deferred.pop_front() } else { None };
                     match earlier.or_else(|| self.inbox.try_recv().ok()) {
                         Some(msg) => msg,
                         None => break,
@@ -220,11 +255,11 @@ impl<T: Transport> RaftLoop<T> {
                 }
             };
             turn_messages += 1;
-            if turn_bytes >= TURN_BYTES && msg.entry_bytes() > 0 {
+            if !self.has_room() && msg.entry_bytes() > 0 {
                 held.push_back(msg);
                 continue;
             }
-            turn_bytes += msg.entry_bytes();
+            self.unwritten_bytes += msg.entry_bytes();
             match msg {
                 LoopMsg::Propose {
                     command,
@@ -248,6 +283,7 @@ impl<T: Transport> RaftLoop<T> {
                     }
                 }
                 LoopMsg::Applied(index) => self.raw.applied_to(index),
+                LoopMsg::Persisted(result) => persisted = Some(result),
                 LoopMsg::ReceiveSnapshot(m, data) => {
                     if let Err(reason) = self.may_install(&m) {
                         tracing::warn!(
@@ -348,7 +384,7 @@ impl<T: Transport> RaftLoop<T> {
         }
         self.propose(proposals, wall_ms);
         self.read_index(reads, now);
-        if let Err(e) = self.handle_readies() {
+        if let Err(e) = self.handle_readies(persisted) {
             tracing::error!(error = %e, "storage failed; stopping the raft loop");
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
@@ -558,9 +594,32 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    fn handle_readies(&mut self) -> Result<(), String> {
+    /// Finishes the Ready in flight if its writes ended (`persisted`), then
+    /// takes Readies until one has writes to make: those go to the log
+    /// writer, and the rest of that Ready waits for them. While they run,
+    /// only the messages that need no write go out.
+    fn handle_readies(&mut self, persisted: Option<Result<Duration, String>>) -> Result<(), String> {
+        if let Some(result) = persisted {
+            let InFlight { ready, sync, entries } = self
+                .in_flight
+                .take()
+                .ok_or("the log writer finished a write the Raft loop never gave it")?;
+            let took = result?;
+            if sync {
+                self.metrics.log_fsync.observe(took);
+                self.slow_syncs.note(took, entries);
+            }
+            self.finish_ready(ready)?;
+        }
+        if self.in_flight.is_some() {
+            let early = self.raw.take_early();
+            self.send(early.messages);
+            self.answer_reads(&early.read_states);
+            return Ok(());
+        }
         while self.raw.has_ready() {
             let mut rd = self.raw.ready();
+            self.unwritten_bytes = 0;
             if let Some(soft) = rd.soft_state {
                 let mut st = self.status.lock();
                 if st.leader != soft.leader || st.role != soft.role {
@@ -610,63 +669,83 @@ impl<T: Transport> RaftLoop<T> {
                 // before, and durably so before this Ready is acknowledged.
                 self.apply.install_snapshot(meta, data)?;
             }
-            if !rd.entries.is_empty() || rd.hard_state.is_some() {
+            // Entries, a term or a vote: written off this thread.
+            if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
-                // Timed on the real clock: a metric only, never a decision.
-                let started = Instant::now();
+                let entries = rd.entries.len();
+                self.writer.write(LogWrite {
+                    entries: std::mem::take(&mut rd.entries),
+                    hard_state: rd.hard_state,
+                    sync,
+                });
+                self.in_flight = Some(InFlight { ready: rd, sync, entries });
+                return Ok(());
+            }
+            if let Some(hard_state) = &rd.hard_state {
+                // Only the commit index moved: no fsync, nothing to wait for.
                 self.storage
-                    .append(&rd.entries, rd.hard_state.as_ref(), sync)
+                    .append(&[], Some(hard_state), false)
                     .map_err(|e| e.to_string())?;
-                if sync {
-                    self.metrics.log_fsync.observe(started.elapsed());
+            }
+            self.finish_ready(rd)?;
+        }
+        Ok(())
+    }
+
+    /// Answers the reads waiting on these ReadIndex rounds.
+    fn answer_reads(&mut self, read_states: &[wasmraft_raft::ReadState]) {
+        for rs in read_states {
+            if let Some((_, replies)) = self.pending_reads.remove(&rs.id) {
+                for r in replies {
+                    let _ = r.send(Ok(rs.index));
                 }
             }
-            self.send(std::mem::take(&mut rd.persisted_messages));
-            if !rd.committed_entries.is_empty() {
-                self.apply
-                    .send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
-            }
-            for rs in &rd.read_states {
-                if let Some((_, replies)) = self.pending_reads.remove(&rs.id) {
-                    for r in replies {
-                        let _ = r.send(Ok(rs.index));
-                    }
-                }
-            }
-            self.raw.advance(rd);
-            let s = self.raw.status();
-            self.commit_timer.committed(s.commit.0, self.now, &self.metrics.commit_latency);
-            let mut st = self.status.lock();
-            st.term = s.term.0;
-            st.commit = s.commit.0;
-            st.pending_read_rounds = self.pending_reads.len() as u64;
-            st.last_index = s.last_index.0;
-            if st.fatal.is_none() {
-                st.leader = s.leader;
-                st.role = s.role;
-            }
-            if st.membership != s.membership {
-                tracing::info!(membership = ?s.membership, "configuration changed");
-                let gone: Vec<u64> = st
-                    .membership
-                    .members()
-                    .difference(&s.membership.members())
-                    .map(|id| id.0)
-                    .collect();
-                st.membership = s.membership;
-                drop(st);
-                if !gone.is_empty() {
-                    let mut removed = self.removed.write();
-                    removed.extend(gone.iter().copied());
-                    self.storage
-                        .set_removed_members(&removed)
-                        .map_err(|e| e.to_string())?;
-                    drop(removed);
-                    for id in gone {
-                        tracing::info!(node = id, "removed from the cluster");
-                        self.metrics.forget_peer(id);
-                        self.transport.remove_peer(id);
-                    }
+        }
+    }
+
+    /// The rest of a Ready once its writes are durable: what waited on them
+    /// goes out, committed entries go to apply, reads are answered, and the
+    /// core learns the Ready is done.
+    fn finish_ready(&mut self, mut rd: Ready) -> Result<(), String> {
+        self.send(std::mem::take(&mut rd.persisted_messages));
+        if !rd.committed_entries.is_empty() {
+            self.apply
+                .send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
+        }
+        self.answer_reads(&rd.read_states);
+        self.raw.advance(rd);
+        let s = self.raw.status();
+        self.commit_timer.committed(s.commit.0, self.now, &self.metrics.commit_latency);
+        let mut st = self.status.lock();
+        st.term = s.term.0;
+        st.commit = s.commit.0;
+        st.pending_read_rounds = self.pending_reads.len() as u64;
+        st.last_index = s.last_index.0;
+        if st.fatal.is_none() {
+            st.leader = s.leader;
+            st.role = s.role;
+        }
+        if st.membership != s.membership {
+            tracing::info!(membership = ?s.membership, "configuration changed");
+            let gone: Vec<u64> = st
+                .membership
+                .members()
+                .difference(&s.membership.members())
+                .map(|id| id.0)
+                .collect();
+            st.membership = s.membership;
+            drop(st);
+            if !gone.is_empty() {
+                let mut removed = self.removed.write();
+                removed.extend(gone.iter().copied());
+                self.storage
+                    .set_removed_members(&removed)
+                    .map_err(|e| e.to_string())?;
+                drop(removed);
+                for id in gone {
+                    tracing::info!(node = id, "removed from the cluster");
+                    self.metrics.forget_peer(id);
+                    self.transport.remove_peer(id);
                 }
             }
         }
@@ -692,6 +771,34 @@ fn propose_error(e: ProposeError) -> Error {
     match e {
         ProposeError::NotLeader { leader } => Error::NotLeader { leader },
         other => Error::Invalid(other.to_string()),
+    }
+}
+
+/// Counts synced appends that took longer than `limit` and logs them at most
+/// every 5 s.
+#[derive(Debug)]
+pub(crate) struct SlowSyncs {
+    pub limit: Duration,
+    count: u64,
+    last_log: Option<Instant>,
+}
+
+impl SlowSyncs {
+    pub fn new(limit: Duration) -> Self {
+        Self { limit, count: 0, last_log: None }
+    }
+
+    fn note(&mut self, took: Duration, entries: usize) {
+        if took <= self.limit {
+            return;
+        }
+        self.count += 1;
+        let now = Instant::now();
+        if self.last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5)) {
+            self.last_log = Some(now);
+            tracing::warn!(took = ?took, entries, limit = ?self.limit, slow_so_far = self.count,
+                "slow synced log append: the disk is slower than half an election timeout");
+        }
     }
 }
 

@@ -233,3 +233,31 @@ async fn a_read_round_that_cannot_complete_expires_after_the_request_timeout() {
     assert_eq!(leader.status().role, wasmraft_raft::Role::Leader, "the round was dropped only by a step-down");
     cluster.heal();
 }
+
+/// Both followers' disks stall each synced write for five election
+/// timeouts. Their Raft loops go on answering heartbeats while the writes
+/// run, so the leader keeps its quorum and its term, and every write
+/// commits (slowly). A loop that waited on its fsync would fall silent and
+/// the leader would step down at its next check-quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_with_stalled_fsyncs_keep_their_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, fast).unwrap();
+    let leader = cluster.leader().await.unwrap();
+    leader.propose(put("warm", "up")).await.unwrap();
+    let term = leader.status().term;
+    let election_timeout = Duration::from_millis(10 * 10);
+    for node in cluster.nodes() {
+        if node.id() != leader.id() {
+            node.storage().stall_synced_appends(5 * election_timeout);
+        }
+    }
+    for i in 0..4 {
+        leader.propose(put(&format!("slow{i}"), "v")).await.unwrap();
+    }
+    for node in cluster.nodes() {
+        let s = node.status();
+        assert_eq!((s.term, s.leader.map(|l| l.0)), (term, Some(leader.id())), "node {}: {s:?}", node.id());
+    }
+    assert_eq!(get(&leader, "slow3", Consistency::Linearizable).await, Some(b"v".to_vec()));
+}

@@ -72,7 +72,10 @@
 //!
 //! One `Ready` at a time: `ready()`, do steps 1-5, `advance(rd)`, then the
 //! next. `has_ready()` is false while a Ready is outstanding; `tick`, `step`,
-//! `propose` and `read_index` may be called between `ready()` and `advance()`.
+//! `propose` and `read_index` may be called between `ready()` and `advance()`,
+//! and [`RawNode::take_early`] gives the messages and answered reads they
+//! produced that may go before the next Ready (a driver writing on another thread keeps
+//! answering heartbeats while its fsync runs).
 //!
 //! 1. **Send `messages` at once.** They never depend on this Ready's writes:
 //!    the leader's AppendEntries and heartbeats may go out before its own fsync
@@ -90,8 +93,9 @@
 //!    the commit index needs none). Never reorder the vote/term write after
 //!    the log write or across Readys (openraft `io_ordering.md`).
 //! 4. **Only then send `persisted_messages`**: votes, append and snapshot
-//!    responses, heartbeat answers, and a candidate's vote requests all promise
-//!    something that must survive a crash. If the Ready wrote nothing they may
+//!    responses, and a candidate's vote requests all promise something that
+//!    must survive a crash (a heartbeat answer promises nothing durable: it
+//!    goes in `messages`). If the Ready wrote nothing they may
 //!    go at once.
 //! 5. **Apply `committed_entries`** in order, then call
 //!    [`RawNode::applied_to`]. Acknowledge a client's write only when the entry
@@ -230,7 +234,7 @@ pub const MAX_TERM: u64 = 1 << 62;
 pub use error::{ConfigError, Error, ProposeError, StepError, StorageError};
 pub use message::{Message, MessageBody};
 pub use progress::{Progress, ProgressState};
-pub use raw_node::{RawNode, Ready, Status};
+pub use raw_node::{Early, RawNode, Ready, Status};
 pub use storage::LogReader;
 pub use types::{
     Entry, EntryPayload, HardState, Index, LogId, Membership, MembershipChange, NodeId, ReadId,

@@ -315,14 +315,22 @@ impl<L: LogReader> RaftLog<L> {
         }
     }
 
-    /// The driver persisted entries through `id`.
-    pub(crate) fn stable_to(&mut self, id: LogId) {
-        if id.index < self.offset || self.unstable.is_empty() {
+    /// The driver persisted the entries `written` (one Ready's, in order).
+    /// An append that conflicted with them while they were being written
+    /// replaced a suffix: the prefix the log still holds is stable all the
+    /// same (the last entry still held, by the log matching property, vouches
+    /// for every one before it), and only the rest is written again.
+    pub(crate) fn stable_to(&mut self, written: &[LogId]) {
+        if self.unstable.is_empty() {
             return;
         }
-        if self.term(id.index) != Ok(id.term) {
-            return; // replaced since that Ready was built
-        }
+        let held = written
+            .iter()
+            .rev()
+            .find(|id| id.index >= self.offset && self.term(id.index) == Ok(id.term));
+        let Some(id) = held else {
+            return; // all replaced since that Ready was built
+        };
         let n = (id.index.0 - self.offset.0 + 1) as usize;
         self.unstable.drain(..n);
         self.offset = id.index.next();

@@ -46,8 +46,19 @@ pub struct Ready {
     pub read_states: Vec<ReadState>,
     /// Whether the writes need an fsync (term, vote, entries or snapshot changed).
     pub must_sync: bool,
-    last_entry: Option<LogId>,
+    /// The ids of `entries`, for `advance` (the driver may move them out).
+    written: Vec<LogId>,
     snapshot_index: Option<Index>,
+}
+
+/// What may be done while a Ready's writes are in flight
+/// ([`RawNode::take_early`]): as a Ready's `messages` and `read_states`.
+#[derive(Debug, Default)]
+pub struct Early {
+    /// Messages to send now.
+    pub messages: Vec<Message>,
+    /// Answers to `read_index`: serve each once `applied >= index`.
+    pub read_states: Vec<ReadState>,
 }
 
 /// A node's status.
@@ -303,6 +314,22 @@ impl<L: LogReader> RawNode<L> {
                 || (r.role == Role::Leader && r.read_only.round_wanted))
     }
 
+    /// While a Ready's writes are in flight (between [`ready`](Self::ready)
+    /// and [`advance`](Self::advance)), the work that depends on no write:
+    /// messages (a follower's heartbeat answers, a leader's heartbeats,
+    /// appends and ReadIndex round) and answered reads. A driver that
+    /// writes on another thread takes these at once, so that a slow disk
+    /// neither silences this node for the length of an fsync (its leader
+    /// would find its quorum gone, or its followers their leader) nor
+    /// delays reads. Everything else waits for the next Ready.
+    pub fn take_early(&mut self) -> Early {
+        self.raft.flush_read_round();
+        Early {
+            messages: std::mem::take(&mut self.raft.msgs),
+            read_states: std::mem::take(&mut self.raft.read_states),
+        }
+    }
+
     /// Takes the pending work. Give it back to [`advance`](Self::advance)
     /// before the next `ready()`.
     pub fn ready(&mut self) -> Ready {
@@ -327,7 +354,7 @@ impl<L: LogReader> RawNode<L> {
         let rd = Ready {
             soft_state,
             hard_state,
-            last_entry: entries.last().map(|e| e.log_id),
+            written: entries.iter().map(|e| e.log_id).collect(),
             snapshot_index: snapshot.as_ref().map(|s| s.last.index),
             entries,
             snapshot,
@@ -350,8 +377,8 @@ impl<L: LogReader> RawNode<L> {
             self.raft.log.stable_snap_to(index);
             self.raft.log.applied_to(index);
         }
-        if let Some(last) = rd.last_entry {
-            self.raft.log.stable_to(last);
+        if !rd.written.is_empty() {
+            self.raft.log.stable_to(&rd.written);
         }
         self.raft.on_persisted();
     }

@@ -32,6 +32,10 @@ impl Storage {
     ///
     /// `entries` must be contiguous and start at most one past the last index.
     pub fn append(&self, entries: &[Entry], hard_state: Option<&HardState>, sync: bool) -> Result<(), StorageError> {
+        let stall = self.append_stall_ms.load(std::sync::atomic::Ordering::Acquire);
+        if sync && stall > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(stall));
+        }
         let mut batch = WriteBatch::default();
         let log = self.cf(CF_LOG);
         let mut bounds = self.bounds.lock();

@@ -56,6 +56,9 @@ pub struct Storage {
     /// Fault injection: writes still allowed before the store acts as if
     /// the process died (`u64::MAX`: no limit). See [`Storage::crash_after_writes`].
     pub(crate) writes_left: Arc<std::sync::atomic::AtomicU64>,
+    /// Fault injection: milliseconds each synced log append waits first.
+    /// See [`Storage::stall_synced_appends`].
+    pub(crate) append_stall_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -89,6 +92,7 @@ impl Storage {
             hard_state: Arc::new(Mutex::new(HardState::default())),
             options,
             writes_left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
+            append_stall_ms: Arc::default(),
         };
         storage.check_node_id(node_id)?;
         storage.finish_interrupted_install()?;
@@ -174,6 +178,12 @@ impl Storage {
     /// batch is atomic, so this reaches every crash point a `kill -9` can.
     pub fn crash_after_writes(&self, writes: u64) {
         self.writes_left.store(writes, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Fault injection for tests: from now on every synced log append
+    /// takes `stall` longer, as on a disk whose fsync stalls.
+    pub fn stall_synced_appends(&self, stall: std::time::Duration) {
+        self.append_stall_ms.store(stall.as_millis() as u64, std::sync::atomic::Ordering::Release);
     }
 
     pub(crate) fn sync_opts(&self) -> WriteOptions {
@@ -310,9 +320,18 @@ impl Storage {
 /// All memtables together, across column families: RocksDB flushes the
 /// largest once they pass it.
 const MEMTABLES_BYTES: usize = 64 << 20;
-/// One memtable of the log or state column family (at most two each, one
-/// being flushed): large values fill it in a dozen writes.
+/// One memtable of the log or state column family: large values fill it in
+/// a dozen writes.
 const MEMTABLE_BYTES: usize = 16 << 20;
+/// Memtables of the log or state column family, the one taking writes and
+/// those waiting for their flush. With two, a burst of large values that
+/// fills the second while the first still flushes stops every write to the
+/// database (RocksDB's write stall), and with it the Raft loop's synced
+/// append, for seconds under load: followers stop answering heartbeats and
+/// the leader loses its quorum. Four give a flush room to finish;
+/// [`MEMTABLES_BYTES`] still has RocksDB flush the largest once all of them
+/// together pass it.
+const MEMTABLES_PER_LARGE_CF: i32 = 4;
 /// One memtable of the small column families (hard state, metadata).
 const SMALL_MEMTABLE_BYTES: usize = 4 << 20;
 /// One block cache for every column family.
@@ -321,9 +340,9 @@ const BLOCK_CACHE_BYTES: usize = 32 << 20;
 /// Bounds RocksDB's memory: by default each of the four column families
 /// had two 64 MiB memtables and a 32 MiB block cache of its own (640 MiB
 /// in all, reached under large values: the log and state column families
-/// both take every value). Now memtables are at most
-/// [`MEMTABLES_BYTES`] together and blocks share [`BLOCK_CACHE_BYTES`],
-/// index and filter blocks included.
+/// both take every value). Now memtables past [`MEMTABLES_BYTES`] together
+/// are flushed (at most 136 MiB while flushes queue) and blocks share
+/// [`BLOCK_CACHE_BYTES`], index and filter blocks included.
 fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
     db_opts.set_db_write_buffer_size(MEMTABLES_BYTES);
     let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
@@ -333,13 +352,13 @@ fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
     [CF_LOG, CF_RAFT, CF_STATE, CF_META].map(|name| {
         let mut cf = Options::default();
         cf.set_block_based_table_factory(&table);
-        let size = if name == CF_LOG || name == CF_STATE {
-            MEMTABLE_BYTES
+        let (size, count) = if name == CF_LOG || name == CF_STATE {
+            (MEMTABLE_BYTES, MEMTABLES_PER_LARGE_CF)
         } else {
-            SMALL_MEMTABLE_BYTES
+            (SMALL_MEMTABLE_BYTES, 2)
         };
         cf.set_write_buffer_size(size);
-        cf.set_max_write_buffer_number(2);
+        cf.set_max_write_buffer_number(count);
         ColumnFamilyDescriptor::new(name, cf)
     })
 }

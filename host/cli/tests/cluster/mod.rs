@@ -530,8 +530,12 @@ impl Drop for Cluster {
             let _ = c.kill(); // SIGKILL ends a stopped process too
             let _ = c.wait();
         }
-        if std::thread::panicking() {
+        let panicking = std::thread::panicking();
+        if panicking {
             eprintln!("{}", self.log_tails());
+        }
+        // WASMRAFT_TEST_KEEP keeps the logs of a passing run too.
+        if panicking || std::env::var_os("WASMRAFT_TEST_KEEP").is_some() {
             if let Some(dir) = self.dir.take() {
                 eprintln!("cluster directory kept: {}", dir.keep().display());
             }

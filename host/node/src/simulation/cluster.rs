@@ -130,7 +130,12 @@ impl Live {
     }
 
     /// One Raft loop turn at `now` over whatever is in the node's inbox.
-    pub fn turn(&mut self, now: Instant, wall_ms: u64) {
+    /// A slow disk leaves the Ready being written unfinished for this turn:
+    /// the loop takes its turn while the write is in flight.
+    pub fn turn(&mut self, now: Instant, wall_ms: u64, slow_disk: bool) {
+        if !slow_disk {
+            self.raft_loop.writer.finish_held();
+        }
         if !self.stopped {
             self.stopped = self.raft_loop.turn(None, now, wall_ms) == Flow::Stop;
         }

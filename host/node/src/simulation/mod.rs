@@ -239,6 +239,7 @@ impl World {
         for id in ids {
             let stall = faults && self.rng.chance(0.02);
             let lag = self.rng.chance(0.3);
+            let slow_disk = self.rng.chance(0.3);
             let Some(live) = self.slots.get_mut(&id).and_then(|s| s.live.as_mut()) else { continue };
             if stall {
                 continue;
@@ -247,7 +248,7 @@ impl World {
             if !lag {
                 live.apply(usize::MAX);
             }
-            live.turn(now, wall_ms);
+            live.turn(now, wall_ms, slow_disk);
             self.stats.turns += 1;
         }
         let slots = &self.slots;

@@ -95,7 +95,14 @@ impl<L: LogReader> Raft<L> {
         if commit > self.log.committed {
             self.commit_to(commit);
         }
-        self.send_after_persist(from, self.term, MessageBody::HeartbeatResponse { token });
+        // Sent at once, even before this node's term is durable: the answer
+        // says only that, when the heartbeat came, this node knew no term
+        // above the leader's. A quorum of such answers proves no newer
+        // leader could have committed (its voters made their vote durable
+        // before answering), and a crash that loses the term changes
+        // nothing of that. So a follower still writing a slow Ready goes
+        // on answering its leader (see `RawNode::take_early`).
+        self.send(from, MessageBody::HeartbeatResponse { token });
     }
 
     /// Leader: a follower acknowledged round `token`.

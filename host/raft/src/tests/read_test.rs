@@ -1,7 +1,7 @@
 //! ReadIndex batching, round tokens and the lease.
 
 use super::*;
-use crate::{Config, ProposeError, ReadId};
+use crate::{Config, EntryPayload, LogId, ProposeError, ReadId};
 
 fn hb_ack(from: u64, to: u64, term: u64, token: u64) -> Message {
     msg(from, to, term, MessageBody::HeartbeatResponse { token })
@@ -269,4 +269,34 @@ fn no_new_leader_while_an_old_lease_may_be_valid() {
             "node 2 keeps the leader's lease safe"
         );
     }
+}
+
+#[test]
+fn a_follower_writing_a_ready_answers_heartbeats_at_once() {
+    // A follower hands a Ready with entries to a writer and, before the
+    // write is durable, gets its leader's heartbeat: the answer may go at
+    // once (it promises nothing durable), the append's answer may not.
+    let mut f = node(2, &[1, 2, 3]);
+    let entry = Entry { log_id: LogId { term: Term(1), index: Index(1) }, payload: EntryPayload::Normal(b"x".to_vec()) };
+    f.step(msg(1, 2, 1, MessageBody::AppendEntries { prev: LogId::default(), entries: vec![entry], commit: Index(0) }))
+        .unwrap();
+    let rd = f.ready();
+    assert_eq!(rd.entries.len(), 1);
+    assert!(rd.persisted_messages.iter().any(|m| matches!(m.body, MessageBody::AppendResponse { .. })));
+    // The write is in flight: no Ready, but the heartbeat's answer is early.
+    f.step(msg(1, 2, 1, MessageBody::Heartbeat { commit: Index(0), token: 5 })).unwrap();
+    assert!(!f.has_ready());
+    let early = f.take_early().messages;
+    assert_eq!(early.len(), 1, "{early:?}");
+    assert!(matches!(early[0].body, MessageBody::HeartbeatResponse { token: 5 }));
+    assert_eq!((early[0].to, early[0].term), (NodeId(1), Term(1)));
+    // A heartbeat that commits the entry being written: the commit shows in
+    // the next Ready, after this one's writes are durable.
+    f.step(msg(1, 2, 1, MessageBody::Heartbeat { commit: Index(1), token: 6 })).unwrap();
+    assert_eq!(f.take_early().messages.len(), 1);
+    f.reader_mut().persist(&rd);
+    f.advance(rd);
+    let next = drive(&mut f);
+    assert_eq!(next.committed.len(), 1);
+    assert!(next.entries.is_empty(), "the entry is written once");
 }

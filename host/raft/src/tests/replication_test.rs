@@ -344,3 +344,24 @@ fn committed_entries_handed_out_stay_within_the_applying_budget() {
     assert!(batches.len() >= 4, "handed out in bounded batches: {batches:?}");
     assert_eq!(*batches.last().unwrap(), 1, "the large entry alone");
 }
+
+#[test]
+fn a_conflict_while_a_ready_is_written_leaves_its_unchanged_prefix_stable() {
+    // Entries 1-3 of term 1 are being written when the leader of term 2
+    // replaces 2 and 3: once the write ends, 1 is stable and only the new 2
+    // and 3 are written again (a rewrite of 1 could land after the node
+    // applied and compacted it).
+    let e = |index: u64, term: u64| Entry { log_id: LogId { term: Term(term), index: Index(index) }, payload: EntryPayload::Normal(vec![]) };
+    let mut f = node(2, &[1, 2, 3]);
+    f.step(msg(1, 2, 1, MessageBody::AppendEntries { prev: LogId::default(), entries: vec![e(1, 1), e(2, 1), e(3, 1)], commit: Index(0) }))
+        .unwrap();
+    let rd = f.ready();
+    assert_eq!(rd.entries.len(), 3);
+    let prev = LogId { term: Term(1), index: Index(1) };
+    f.step(msg(3, 2, 2, MessageBody::AppendEntries { prev, entries: vec![e(2, 2), e(3, 2)], commit: Index(0) })).unwrap();
+    f.reader_mut().persist(&rd);
+    f.advance(rd);
+    let next = drive(&mut f);
+    let ids: Vec<(u64, u64)> = next.entries.iter().map(|e| (e.log_id.index.0, e.log_id.term.0)).collect();
+    assert_eq!(ids, vec![(2, 2), (3, 2)]);
+}
