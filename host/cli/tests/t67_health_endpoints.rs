@@ -223,3 +223,54 @@ async fn every_series_exists_and_moves_under_load_a_snapshot_and_a_leader_change
     let is_leader = total(&scrape(&cluster, next), "wasmraft_is_leader", &[]).unwrap();
     assert_eq!(is_leader, 1.0);
 }
+
+/// Every gRPC call is counted by API (service), method and status code
+/// under etcd's series names, a stream when it ends; a made-up path never
+/// becomes a label of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_are_counted_by_service_method_and_code() {
+    use wasmraft_proto::etcdserverpb::kv_client::KvClient;
+    use wasmraft_proto::etcdserverpb::{PutRequest, RangeRequest};
+
+    let _serial = serial();
+    let cluster = Cluster::start_with(3, "").await;
+    let leader = cluster.leader().await;
+    let node = format!("node=\"{leader}\"");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addr(leader))).unwrap().connect().await.unwrap();
+    let mut kv = KvClient::new(channel.clone());
+    for i in 0..5 {
+        kv.put(PutRequest { key: format!("g{i}").into(), value: b"v".to_vec(), ..Default::default() }).await.unwrap();
+    }
+    // A compacted revision: etcd's OutOfRange.
+    let range = RangeRequest { key: b"g0".to_vec(), revision: 1, ..Default::default() };
+    kv.compact(wasmraft_proto::etcdserverpb::CompactionRequest { revision: 3, physical: false }).await.unwrap();
+    assert_eq!(kv.range(range).await.unwrap_err().code(), tonic::Code::OutOfRange);
+    let mut client = pinned_client(cluster.addr(leader)).await;
+    for i in 0..3 {
+        client.propose(put_request(&format!("w{i}"), "v")).await.unwrap();
+    }
+    // A path no service serves.
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/made.Up/Method");
+    let codec = tonic_prost::ProstCodec::<PutRequest, PutRequest>::default();
+    let _ = grpc.unary(tonic::Request::new(PutRequest::default()), path, codec).await;
+
+    let after = scrape(&cluster, leader);
+    let handled = |service: &str, method: &str, code: &str| {
+        let labels = [node.as_str(), &format!("grpc_service=\"{service}\""), &format!("grpc_method=\"{method}\""), &format!("grpc_code=\"{code}\"")];
+        total(&after, "grpc_server_handled_total", &labels).unwrap_or(0.0)
+    };
+    assert_eq!(handled("etcdserverpb.KV", "Put", "OK"), 5.0, "{after:#?}");
+    assert_eq!(handled("etcdserverpb.KV", "Compact", "OK"), 1.0);
+    assert_eq!(handled("etcdserverpb.KV", "Range", "OutOfRange"), 1.0);
+    assert!(handled("wasmraft.v1.Client", "Propose", "OK") >= 3.0);
+    assert_eq!(handled("unknown", "unknown", "Unimplemented"), 1.0);
+    let started = total(&after, "grpc_server_started_total", &[&node, "grpc_service=\"etcdserverpb.KV\"", "grpc_method=\"Put\""]);
+    assert_eq!(started, Some(5.0));
+    let timed = total(&after, "grpc_server_handling_seconds_count", &[&node, "grpc_service=\"etcdserverpb.KV\"", "grpc_method=\"Put\""]);
+    assert_eq!(timed, Some(5.0));
+    // Peers' Raft streams are served and counted too (on the peer port).
+    assert!(after.keys().any(|k| k.starts_with("grpc_server_started_total{") && k.contains("wasmraft.v1.Raft")), "{after:#?}");
+    assert!(!after.keys().any(|k| k.contains("made.Up")));
+}

@@ -12,6 +12,7 @@ pub mod etcd;
 mod health;
 mod faults;
 mod forward;
+mod grpc_metrics;
 mod lane;
 mod metrics;
 pub mod peer;
@@ -120,6 +121,7 @@ pub async fn serve(
     );
     let client_router = tonic::transport::Server::builder()
         .trace_fn(node_span)
+        .layer(grpc_metrics::GrpcMetricsLayer::new(id))
         .add_service(AdminServer::new(admin.clone()))
         .add_service(MembershipChangesServer::new(admin))
         .add_service(
@@ -141,7 +143,10 @@ pub async fn serve(
         .add_service(LeaseServer::new(etcd::EtcdLease))
         .add_service(ClusterServer::new(etcd::EtcdCluster::new(serving.node.clone(), forwarder.clone())))
         .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder, space)));
-    let peer_router = tonic::transport::Server::builder().trace_fn(node_span).add_service(
+    let peer_router = tonic::transport::Server::builder()
+        .trace_fn(node_span)
+        .layer(grpc_metrics::GrpcMetricsLayer::new(id))
+        .add_service(
         RaftServer::new(RaftService::new(
             serving.node.clone(),
             serving.faults.clone(),

@@ -202,6 +202,7 @@ pub fn render(nodes: &[Node]) -> String {
     }
     render_lanes(&mut out);
     render_work(&mut out, nodes);
+    render_grpc(&mut out, nodes);
     out
 }
 
@@ -290,6 +291,49 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &wasmraft_node::Hist
     let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
     let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
     let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+}
+
+/// The gRPC calls `nodes` served, by service, method and code
+/// (`grpc_metrics.rs`), under etcd's names.
+fn render_grpc(out: &mut String, nodes: &[Node]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let ids: std::collections::BTreeSet<u64> = nodes.iter().map(Node::id).collect();
+    let series: Vec<_> = crate::grpc_metrics::snapshot().into_iter().filter(|s| ids.contains(&s.0)).collect();
+    let _ = writeln!(
+        out,
+        "# HELP grpc_server_started_total gRPC calls started on the server, by service and method.\n\
+         # TYPE grpc_server_started_total counter"
+    );
+    for (node, service, method, s) in &series {
+        let n = s.started.load(Relaxed);
+        let _ = writeln!(out, "grpc_server_started_total{{node=\"{node}\",grpc_service=\"{service}\",grpc_method=\"{method}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP grpc_server_handled_total gRPC calls completed on the server, by service, method and status code (a stream counts when it ends).\n\
+         # TYPE grpc_server_handled_total counter"
+    );
+    for (node, service, method, s) in &series {
+        for (code, n) in crate::grpc_metrics::CODES.iter().zip(&s.handled) {
+            let n = n.load(Relaxed);
+            // OK always, other codes once they happened.
+            if n > 0 || *code == "OK" {
+                let _ = writeln!(
+                    out,
+                    "grpc_server_handled_total{{node=\"{node}\",grpc_service=\"{service}\",grpc_method=\"{method}\",grpc_code=\"{code}\"}} {n}"
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP grpc_server_handling_seconds Time from a gRPC call's request to its status, by service and method.\n\
+         # TYPE grpc_server_handling_seconds histogram"
+    );
+    for (node, service, method, s) in &series {
+        let labels = format!("node=\"{node}\",grpc_service=\"{service}\",grpc_method=\"{method}\"");
+        histogram(out, "grpc_server_handling_seconds", &labels, &s.latency);
+    }
 }
 
 /// The peer lanes of this process (`lane.rs`): queue depth now, and the
