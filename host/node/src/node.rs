@@ -437,6 +437,7 @@ impl Node {
                 done: raft_tx.clone(),
             },
             in_flight: None,
+            election_timeout: config.tick_interval * config.election_ticks as u32,
             unwritten_bytes: 0,
             slow_syncs: crate::raft_loop::SlowSyncs::new(
                 config.tick_interval * config.election_ticks as u32 / 2,

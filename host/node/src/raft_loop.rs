@@ -155,6 +155,9 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// Entry bytes taken in since the last Ready (at most about
     /// `TURN_BYTES`).
     pub unwritten_bytes: u64,
+    /// The election timeout: a leader whose write has been in flight for
+    /// longer stops heartbeating.
+    pub election_timeout: Duration,
     /// Where a Ready's entries and hard state are written.
     pub writer: LogWriter,
     /// The Ready whose writes the log writer is making durable; the rest of
@@ -163,12 +166,15 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub in_flight: Option<InFlight>,
 }
 
-/// A Ready being written, whether its write is synced, and how many
-/// entries it writes.
+/// A Ready being written, whether its write is synced, how many entries it
+/// writes, when it started (on the loop's clock), and whether it was
+/// reported as stuck.
 pub(crate) struct InFlight {
     ready: Ready,
     sync: bool,
     entries: usize,
+    started: Instant,
+    reported: bool,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -600,7 +606,7 @@ impl<T: Transport> RaftLoop<T> {
     /// only the messages that need no write go out.
     fn handle_readies(&mut self, persisted: Option<Result<Duration, String>>) -> Result<(), String> {
         if let Some(result) = persisted {
-            let InFlight { ready, sync, entries } = self
+            let InFlight { ready, sync, entries, .. } = self
                 .in_flight
                 .take()
                 .ok_or("the log writer finished a write the Raft loop never gave it")?;
@@ -611,10 +617,23 @@ impl<T: Transport> RaftLoop<T> {
             }
             self.finish_ready(ready)?;
         }
-        if self.in_flight.is_some() {
+        if let Some(write) = &mut self.in_flight {
             let early = self.raw.take_early();
-            self.send(early.messages);
+            let pending = self.now.saturating_duration_since(write.started);
+            let stuck = pending > self.election_timeout;
+            let report = stuck && !std::mem::replace(&mut write.reported, true);
             self.answer_reads(&early.read_states);
+            // A leader whose disk hangs goes silent, as it did while the
+            // loop itself waited on the disk: its followers elect another
+            // leader instead of following one that commits nothing. (A slow
+            // follower answering its leader harms no one.)
+            let leader = stuck && self.raw.status().role == Role::Leader;
+            if report {
+                tracing::warn!(pending = ?pending, leader, "a log write has been in flight for longer than an election timeout");
+            }
+            if !leader {
+                self.send(early.messages);
+            }
             return Ok(());
         }
         while self.raw.has_ready() {
@@ -655,6 +674,9 @@ impl<T: Transport> RaftLoop<T> {
                 }
             }
             self.send(std::mem::take(&mut rd.messages));
+            // Reads depend on no write: answered now, not after the fsync.
+            let reads = std::mem::take(&mut rd.read_states);
+            self.answer_reads(&reads);
             if let Some(meta) = rd.snapshot.clone() {
                 let data = match self.received_snapshot.take() {
                     Some((last, data)) if last == meta.last => data,
@@ -678,7 +700,8 @@ impl<T: Transport> RaftLoop<T> {
                     hard_state: rd.hard_state,
                     sync,
                 });
-                self.in_flight = Some(InFlight { ready: rd, sync, entries });
+                let started = self.now;
+                self.in_flight = Some(InFlight { ready: rd, sync, entries, started, reported: false });
                 return Ok(());
             }
             if let Some(hard_state) = &rd.hard_state {
@@ -689,6 +712,9 @@ impl<T: Transport> RaftLoop<T> {
             }
             self.finish_ready(rd)?;
         }
+        // No write in flight: entries the core refused (proposals to a
+        // follower) left no Ready behind, and must not keep the budget full.
+        self.unwritten_bytes = 0;
         Ok(())
     }
 
@@ -712,7 +738,6 @@ impl<T: Transport> RaftLoop<T> {
             self.apply
                 .send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
         }
-        self.answer_reads(&rd.read_states);
         self.raw.advance(rd);
         let s = self.raw.status();
         self.commit_timer.committed(s.commit.0, self.now, &self.metrics.commit_latency);

@@ -261,3 +261,36 @@ async fn followers_with_stalled_fsyncs_keep_their_leader() {
     }
     assert_eq!(get(&leader, "slow3", Consistency::Linearizable).await, Some(b"v".to_vec()));
 }
+
+/// The leader's disk hangs in a synced write. It stops heartbeating once the
+/// write has been in flight for an election timeout, so that its followers
+/// elect another leader rather than follow one that commits nothing; the
+/// new leader serves writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_fsync_hangs_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, fast).unwrap();
+    let old = cluster.leader().await.unwrap();
+    old.propose(put("warm", "up")).await.unwrap();
+    let term = old.status().term;
+    old.storage().stall_synced_appends(Duration::from_secs(3));
+    let stuck = old.clone();
+    let pending = tokio::spawn(async move { stuck.propose(put("stuck", "v")).await });
+    // Well within the 3 s stall: 100 ms election timeouts.
+    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+    let new = loop {
+        let led = cluster.nodes().into_iter().find(|n| {
+            let s = n.status();
+            n.id() != old.id() && s.role == wasmraft_node::Role::Leader && s.term > term
+        });
+        if let Some(n) = led {
+            break n;
+        }
+        assert!(std::time::Instant::now() < deadline, "no other node took over from {}: {:?}", old.id(), old.status());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    old.storage().stall_synced_appends(Duration::ZERO);
+    new.propose(put("after", "v")).await.unwrap();
+    assert_eq!(get(&new, "after", Consistency::Linearizable).await, Some(b"v".to_vec()));
+    let _ = pending.await.unwrap();
+}
