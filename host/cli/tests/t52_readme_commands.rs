@@ -7,10 +7,17 @@
 //! that word is its output; a `watch` must still be watching a second
 //! later.
 //!
+//! The "Run nodes from config files" walkthrough runs too, in a copy of
+//! `examples/` (its data directories are relative to the repository root):
+//! the single node and the three-node script from their config files, then
+//! a fourth node joins and the membership commands run as written.
+//!
 //! Not run here, each tested elsewhere: the two set-up commands themselves
 //! (CI runs the test command; `scripts/dev.sh` builds with cargo, which
 //! cannot run inside `cargo test`), the plugin build (`cargo xtask plugins`
-//! builds the same module before the tests) and `plugin new` (t71).
+//! builds the same module before the tests), `plugin new` (t71), and the
+//! `cargo install` line (a release build, which cannot run inside
+//! `cargo test` either; it installs the binary these tests run).
 
 mod cluster;
 
@@ -121,6 +128,7 @@ impl Drop for QuickStart {
 
 #[test]
 fn the_readme_walkthroughs_run_as_written() {
+    let _serial = cluster::serial(); // the quick start's ports
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let quick_start = block_after(&readme, "## Quick start");
     assert_eq!(quick_start.len(), 2, "exactly two set-up commands: {quick_start:?}");
@@ -142,6 +150,139 @@ fn the_readme_walkthroughs_run_as_written() {
             run(&line);
         }
     }
+}
+
+/// A server a README line starts (`wasmraft run`, `run.sh`), in its own
+/// process group, stopped as Ctrl-C would stop it.
+struct Server(std::process::Child);
+
+impl Server {
+    fn start(line: &str, dir: &Path) -> Server {
+        use std::os::unix::process::CommandExt;
+        let (command, _) = split_comment(line);
+        let shell = command.replace("target/debug/wasmraft", BIN);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("servers.log")).unwrap();
+        let child = Command::new("sh")
+            .args(["-c", &format!("exec {shell}")])
+            .current_dir(dir)
+            .env("WASMRAFT_BIN", BIN)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        Server(child)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-INT", "--", &group]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.0.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// `wasmraft ARGS -w json` as JSON (`None` if it fails).
+fn json(args: &[&str]) -> Option<serde_json::Value> {
+    let out = Command::new(BIN).args(args).args(["-w", "json"]).output().unwrap();
+    out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Waits until `wasmraft status` at `endpoint` answers with a leader known;
+/// on failure shows what the servers started in `dir` logged.
+fn wait_for_leader(endpoint: &str, dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = json(&["status", "--timeout", "1s", "--endpoints", endpoint]);
+        if status.is_some_and(|s| s["leader_id"].as_u64().is_some_and(|l| l > 0)) {
+            return;
+        }
+        let log = || std::fs::read_to_string(dir.join("servers.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "no leader at {endpoint}; the servers logged:\n{}", log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_config_file_walkthrough_runs_as_written() {
+    let _serial = cluster::serial(); // the examples' ports are the quick start's
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let install = block_after(&readme, "## Run nodes from config files");
+    assert!(install.len() == 1 && install[0].contains("cargo install --locked --path host/cli"), "{install:?}");
+    let runs = block_after(&readme, "cargo install --locked --path host/cli");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+
+    // A copy of the examples: their data directories are relative.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("examples/three-node")).unwrap();
+    std::fs::copy(root().join("examples/single-node.toml"), dir.path().join("examples/single-node.toml")).unwrap();
+    for file in ["node1.toml", "node2.toml", "node3.toml", "run.sh"] {
+        let from = root().join("examples/three-node").join(file);
+        std::fs::copy(from, dir.path().join("examples/three-node").join(file)).unwrap();
+    }
+
+    // The single node, then the three from their config files.
+    {
+        assert!(runs[0].contains("examples/single-node.toml"), "{runs:?}");
+        let _node = Server::start(&runs[0], dir.path());
+        wait_for_leader("127.0.0.1:7379", dir.path());
+        run("target/debug/wasmraft put a 1  # OK");
+        run("target/debug/wasmraft get a  # 1");
+    }
+    assert!(runs[1].starts_with("examples/three-node/run.sh"), "{runs:?}");
+    let _three = Server::start(&runs[1], dir.path());
+    wait_for_leader("127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381", dir.path());
+    run("target/debug/wasmraft put b 2  # OK");
+
+    // A fourth node, started with `join = true` and a [peers] table with the
+    // members and itself, joins by the README's membership commands.
+    let peers: String = (1..=4).map(|i| format!("{i} = \"127.0.0.1:{}\"\n", 7478 + i)).collect();
+    let config = format!(
+        "id = 4\ndata_dir = \"wasmraft-data/three-node/node-4\"\nlisten = \"127.0.0.1:7382\"\njoin = true\n\n[peers]\n{peers}"
+    );
+    std::fs::write(dir.path().join("node4.toml"), config).unwrap();
+    let _fourth = Server::start("target/debug/wasmraft run --config node4.toml", dir.path());
+    let membership = block_after(&readme, "then, giving its peer\naddress:");
+    assert_eq!(membership.len(), 4, "{membership:?}");
+    for line in &membership {
+        if line.contains("member promote") {
+            // "wait until its MATCHED catches up": node 4 has applied what
+            // the cluster committed.
+            let commit = json(&["status"]).unwrap()["commit_index"].as_u64().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let s = json(&["status", "--endpoints", "127.0.0.1:7382"]);
+                if s.is_some_and(|s| s["applied_index"].as_u64().is_some_and(|a| a >= commit)) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "node 4 did not catch up to {commit}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        run(line);
+    }
+    // Node 4 votes and node 1 is gone once the joint configuration the
+    // removal went through is left; the cluster still writes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let members = loop {
+        let members = json(&["members", "--endpoints", "127.0.0.1:7380,127.0.0.1:7381,127.0.0.1:7382"]);
+        if let Some(m) = members.filter(|m| m["removed"] == serde_json::json!([1])) {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "node 1 was not removed");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let role = |id: u64| members["members"].as_array().unwrap().iter().find(|m| m["id"] == id).map(|m| m["role"].clone());
+    assert_eq!(role(4), Some(serde_json::json!("voter")), "{members:#}");
+    assert_eq!(role(1), Some(serde_json::json!("removed")), "{members:#}");
+    let out = Command::new(BIN).args(["put", "c", "3", "--endpoints", "127.0.0.1:7380,127.0.0.1:7381,127.0.0.1:7382"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
