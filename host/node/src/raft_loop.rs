@@ -90,6 +90,11 @@ const TURN_BYTES: u64 = 8 << 20;
 const TURN_MESSAGES: usize = 10_000;
 
 impl LoopMsg {
+    /// A request that appends to the log (on a leader).
+    fn is_proposal(&self) -> bool {
+        matches!(self, LoopMsg::Propose { .. } | LoopMsg::ProposeSystem { .. } | LoopMsg::ChangeMembership { .. })
+    }
+
     /// The entry bytes this message brings into the log.
     fn entry_bytes(&self) -> u64 {
         match self {
@@ -187,7 +192,7 @@ impl<T: Transport> RaftLoop<T> {
         loop {
             // Deferred messages are work to do now, if the next Ready has
             // room for them: do not wait for more.
-            let timeout = if self.deferred.is_empty() || !self.has_room() {
+            let timeout = if self.deferred.is_empty() || !self.takes_deferred() {
                 self.next_tick.saturating_duration_since(Instant::now())
             } else {
                 Duration::ZERO
@@ -206,6 +211,12 @@ impl<T: Transport> RaftLoop<T> {
     /// Whether the next Ready has room for more entries.
     fn has_room(&self) -> bool {
         self.unwritten_bytes < TURN_BYTES
+    }
+
+    /// Whether deferred messages may be taken now: with room for their
+    /// entries, and no write in flight (deferred proposals wait for it).
+    fn takes_deferred(&self) -> bool {
+        self.has_room() && self.in_flight.is_none()
     }
 
     /// Before the first turn: a node removed before it last stopped stays
@@ -253,7 +264,7 @@ impl<T: Transport> RaftLoop<T> {
                 Some(msg) => msg,
                 None if turn_messages >= TURN_MESSAGES => break,
                 None => {
-                    let earlier = if self.has_room() { self.deferred.pop_front() } else { None };
+                    let earlier = if self.takes_deferred() { self.deferred.pop_front() } else { None };
                     match earlier.or_else(|| self.inbox.try_recv().ok()) {
                         Some(msg) => msg,
                         None => break,
@@ -261,7 +272,11 @@ impl<T: Transport> RaftLoop<T> {
                 }
             };
             turn_messages += 1;
-            if !self.has_room() && msg.entry_bytes() > 0 {
+            // Proposals wait for the write in flight: those that arrive
+            // during an fsync go to the log together after it, one append
+            // to each follower, as when the loop itself waited on the disk
+            // (stepped one by one, each would cost an append message).
+            if (!self.has_room() && msg.entry_bytes() > 0) || (self.in_flight.is_some() && msg.is_proposal()) {
                 held.push_back(msg);
                 continue;
             }

@@ -61,7 +61,14 @@ impl Default for EtcdSettings {
 pub struct SpaceAlarm {
     raised: std::sync::Arc<std::sync::atomic::AtomicBool>,
     quota: u64,
+    /// The store's size and when it was read: reading it takes a dozen
+    /// RocksDB property lookups under the database's lock, too many for
+    /// every write, so writes share a reading for [`SIZE_READ_EVERY`].
+    measured: std::sync::Arc<parking_lot::Mutex<Option<(std::time::Instant, u64)>>>,
 }
+
+/// How long writes share one reading of the store's size.
+const SIZE_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// etcd's text for a write refused under the NOSPACE alarm.
 const ERR_NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
@@ -69,18 +76,31 @@ const ERR_NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
 impl SpaceAlarm {
     /// An alarm that is not raised, for a store quota of `quota` bytes.
     pub fn new(quota: u64) -> Self {
-        Self { raised: Default::default(), quota }
+        Self { raised: Default::default(), quota, measured: Default::default() }
+    }
+
+    /// The store's size on disk, read at most every [`SIZE_READ_EVERY`].
+    fn store_bytes(&self, node: &Node) -> u64 {
+        let mut measured = self.measured.lock();
+        match *measured {
+            Some((at, bytes)) if at.elapsed() < SIZE_READ_EVERY => bytes,
+            _ => {
+                let bytes = node.storage_bytes().0;
+                *measured = Some((std::time::Instant::now(), bytes));
+                bytes
+            }
+        }
     }
 
     /// Refuses a write that adds data while the alarm is raised, raising
     /// it first if the store has grown past the quota.
     fn check_write(&self, node: &Node) -> Result<(), Status> {
         use std::sync::atomic::Ordering;
-        if !self.raised.load(Ordering::Acquire) && node.storage_bytes().0 > self.quota {
+        if !self.raised.load(Ordering::Acquire) && self.store_bytes(node) > self.quota {
             if !self.raised.swap(true, Ordering::AcqRel) {
                 tracing::warn!(
                     quota_bytes = self.quota,
-                    store_bytes = node.storage_bytes().0,
+                    store_bytes = self.store_bytes(node),
                     "NOSPACE alarm raised: writes through etcd's API are refused until `etcdctl alarm disarm` (compact and defragment first)"
                 );
             }
