@@ -266,6 +266,20 @@ fn the_config_file_walkthrough_runs_as_written() {
             }
         }
         run(line);
+        if line.contains("member promote") {
+            // Done means done: the leader left the joint configuration
+            // before the command returned.
+            let leader = json(&["status"]).unwrap()["leader_id"].as_u64().unwrap();
+            let members = json(&["members", "--endpoints", &format!("127.0.0.1:{}", 7378 + leader)]).unwrap();
+            let roles: Vec<(u64, String)> = members["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| (m["id"].as_u64().unwrap(), m["role"].as_str().unwrap().to_string()))
+                .collect();
+            assert!(roles.iter().all(|(_, r)| r == "voter"), "{roles:?}");
+            assert!(roles.iter().any(|(id, _)| *id == 4), "{roles:?}");
+        }
     }
     // Node 4 votes and node 1 is gone once the joint configuration the
     // removal went through is left; the cluster still writes.

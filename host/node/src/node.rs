@@ -758,10 +758,28 @@ impl Node {
             .await
     }
 
+    /// Proposes `change` and waits until it is applied. A change that goes
+    /// through a joint configuration (promote, remove a voter) is done only
+    /// once the joint configuration is left, which the leader proposes on
+    /// its own: it waits for that too (up to the request timeout), so that
+    /// a `members` right after shows the new configuration, as etcd's
+    /// would.
     async fn change_membership(&self, change: MembershipChange) -> Result<(), Error> {
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::ChangeMembership { change, reply })?;
-        self.wait(rx).await?.map(|_| ())
+        self.wait(rx).await??;
+        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        loop {
+            let status = self.status();
+            if !status.membership.is_joint() || status.removed || status.fatal.is_some() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::info!("the membership change is applied; its joint configuration is still being left");
+                return Ok(());
+            }
+            tokio::time::sleep(self.inner.config.tick_interval / 2).await;
+        }
     }
 
     async fn propose_system(
