@@ -38,7 +38,12 @@ impl Storage {
         }
         let mut batch = WriteBatch::default();
         let log = self.cf(CF_LOG);
-        let mut bounds = self.bounds.lock();
+        // The bounds are read and checked here, and moved once the write is
+        // durable; they are not held during it. Readers of the log (the Raft
+        // loop, while this runs on the log writer's thread) must not wait an
+        // fsync: they read no entry this write touches (those are still in
+        // the core's unstable log), and see the new ones once it is done.
+        let bounds = *self.bounds.lock();
         if let Some(first) = entries.first() {
             let start = first.log_id.index;
             assert!(
@@ -66,7 +71,7 @@ impl Storage {
         }
         self.write(batch, &opts)?;
         if let Some(last) = entries.last() {
-            bounds.last = last.log_id.index;
+            self.bounds.lock().last = last.log_id.index;
         }
         if let Some(hs) = hard_state {
             *self.hard_state.lock() = *hs;
