@@ -80,10 +80,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         clients.push(l.client.local_addr()?.to_string());
         listeners.push(l);
     }
-    let metrics = match args.metrics_listen {
-        Some(addr) => Some(crate::run::bind_metrics(addr).await?),
-        None => None,
-    };
+    let metrics = crate::run::bind_metrics(args.metrics_listen).await?;
     // One cluster id per data directory: a restart finds its own.
     let cluster_id = wasmraft_node::derive_cluster_id(&format!("dev {}", data_dir.display()), &BTreeMap::new());
 

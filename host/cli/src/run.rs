@@ -46,10 +46,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let listeners = Listeners::bind(file.listen, peer_listen).await?;
     // Bound with the others, before the node opens: a port conflict fails
     // the start, and a probe that reaches the client port finds /metrics.
-    let metrics = match file.metrics_listen {
-        Some(addr) => Some(bind_metrics(addr).await?),
-        None => None,
-    };
+    let metrics = bind_metrics(file.metrics_listen).await?;
     let (stop_tx, stop) = watch::channel(false);
     let faults = wasmraft_grpc::Faults::new(file.fault_injection);
     let server = start(
@@ -209,11 +206,14 @@ pub fn start(
     Ok(Served { node, server })
 }
 
-/// The listener for Prometheus metrics and the health probes.
-pub async fn bind_metrics(addr: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
+/// The listener for Prometheus metrics and the health probes, if an
+/// address is configured.
+pub async fn bind_metrics(addr: Option<std::net::SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("cannot listen for metrics on {addr}"))
+        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    Ok(Some(listener))
 }
 
 /// Serves Prometheus metrics for `nodes` on `listener` until `stop` turns true.

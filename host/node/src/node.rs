@@ -768,18 +768,13 @@ impl Node {
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::ChangeMembership { change, reply })?;
         self.wait(rx).await??;
-        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
-        loop {
-            let status = self.status();
-            if !status.membership.is_joint() || status.removed || status.fatal.is_some() {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                tracing::info!("the membership change is applied; its joint configuration is still being left");
-                return Ok(());
-            }
-            tokio::time::sleep(self.inner.config.tick_interval / 2).await;
+        let left = self
+            .poll_status(|st| (!st.membership.is_joint() || st.removed || st.fatal.is_some()).then_some(()))
+            .await;
+        if left.is_none() {
+            tracing::info!("the membership change is applied; its joint configuration is still being left");
         }
+        Ok(())
     }
 
     async fn propose_system(
@@ -1015,17 +1010,25 @@ impl Node {
     /// Waits until this node knows a leader (single-node clusters elect
     /// themselves within an election timeout).
     pub async fn wait_for_leader(&self) -> Result<u64, Error> {
+        self.poll_status(|st| match (st.leader, st.fatal) {
+            (Some(leader), _) => Some(Ok(leader.0)),
+            (None, Some(f)) => Some(Err(Error::Fatal(f))),
+            (None, None) => None,
+        })
+        .await
+        .unwrap_or(Err(Error::Timeout))
+    }
+
+    /// Reads this node's status every half tick until `done` makes
+    /// something of it; `None` once the request timeout passed.
+    async fn poll_status<T>(&self, done: impl Fn(NodeStatus) -> Option<T>) -> Option<T> {
         let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
         loop {
-            let st = self.status();
-            if let Some(leader) = st.leader {
-                return Ok(leader.0);
-            }
-            if let Some(f) = st.fatal {
-                return Err(Error::Fatal(f));
+            if let Some(found) = done(self.status()) {
+                return Some(found);
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(Error::Timeout);
+                return None;
             }
             tokio::time::sleep(self.inner.config.tick_interval / 2).await;
         }

@@ -292,9 +292,10 @@ impl<T: Transport> RaftLoop<T> {
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                 LoopMsg::Step(m) => {
                     self.peer_inbox.release(&m);
-                    let (from, token) = match m.body {
-                        MessageBody::HeartbeatResponse { token } => (m.from.0, Some(token)),
-                        _ => (m.from.0, None),
+                    let from = m.from.0;
+                    let token = match m.body {
+                        MessageBody::HeartbeatResponse { token } => Some(token),
+                        _ => None,
                     };
                     match self.raw.step(m) {
                         // Heard only what the core took: a refused message
@@ -819,44 +820,55 @@ fn propose_error(e: ProposeError) -> Error {
 #[derive(Debug)]
 pub(crate) struct SlowSyncs {
     pub limit: Duration,
-    count: u64,
-    last_log: Option<Instant>,
+    seen: Throttled,
 }
 
 impl SlowSyncs {
     pub fn new(limit: Duration) -> Self {
-        Self { limit, count: 0, last_log: None }
+        Self { limit, seen: Throttled::default() }
     }
 
     fn note(&mut self, took: Duration, entries: usize) {
         if took <= self.limit {
             return;
         }
-        self.count += 1;
-        let now = Instant::now();
-        if self.last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5)) {
-            self.last_log = Some(now);
-            tracing::warn!(took = ?took, entries, limit = ?self.limit, slow_so_far = self.count,
+        if let Some(slow_so_far) = self.seen.count(Duration::from_secs(5)) {
+            tracing::warn!(took = ?took, entries, limit = ?self.limit, slow_so_far,
                 "slow synced log append: the disk is slower than half an election timeout");
         }
+    }
+}
+
+/// Counts events and says when one may be logged: the first, then at most
+/// one per period.
+#[derive(Debug, Default)]
+struct Throttled {
+    count: u64,
+    last_log: Option<Instant>,
+}
+
+impl Throttled {
+    /// Counts an event; the count so far if it may be logged now.
+    fn count(&mut self, period: Duration) -> Option<u64> {
+        self.count += 1;
+        let now = Instant::now();
+        if self.last_log.is_some_and(|t| now.duration_since(t) < period) {
+            return None;
+        }
+        self.last_log = Some(now);
+        Some(self.count)
     }
 }
 
 /// Counts messages the core refused and logs them at most once a second, so
 /// that a misbehaving peer cannot flood the log.
 #[derive(Debug, Default)]
-pub(crate) struct Dropped {
-    count: u64,
-    last_log: Option<Instant>,
-}
+pub(crate) struct Dropped(Throttled);
 
 impl Dropped {
     fn note(&mut self, e: &wasmraft_raft::StepError) {
-        self.count += 1;
-        let now = Instant::now();
-        if self.last_log.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
-            self.last_log = Some(now);
-            tracing::warn!(error = %e, dropped_so_far = self.count, "dropped a message");
+        if let Some(dropped_so_far) = self.0.count(Duration::from_secs(1)) {
+            tracing::warn!(error = %e, dropped_so_far, "dropped a message");
         }
     }
 }
