@@ -19,6 +19,14 @@ use crate::sessions::Sessions;
 use crate::state_machine::StorageView;
 use crate::transport::{NoPeers, Transport};
 
+/// Entry bytes a leader keeps in flight to one follower: half of what the
+/// gRPC transport queues to a peer (`Budgets::data`, 64 MiB), so that the
+/// leader reads entries from its log only for appends the transport has
+/// room for. Without it, 256 appends of 1.4 MiB values were read and then
+/// dropped at the full queue, and resent, and those reads held up the
+/// leader's ticks until check-quorum stepped it down.
+const MAX_INFLIGHT_BYTES: u64 = 32 << 20;
+
 /// How fresh a read must be.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Consistency {
@@ -351,6 +359,7 @@ impl Node {
             seed: config.seed.unwrap_or(0),
             applied: applied.index,
             max_applying_bytes: config.max_applying_bytes,
+            max_inflight_bytes: MAX_INFLIGHT_BYTES,
             ..wasmraft_raft::Config::default()
         };
         let raw = RawNode::new(raft_config, storage.clone())
@@ -442,6 +451,7 @@ impl Node {
             slow_syncs: crate::raft_loop::SlowSyncs::new(
                 config.tick_interval * config.election_ticks as u32 / 2,
             ),
+            late_ticks: Default::default(),
         };
         tracing::info!(
             id = config.id,

@@ -95,6 +95,11 @@ impl LoopMsg {
         matches!(self, LoopMsg::Propose { .. } | LoopMsg::ProposeSystem { .. } | LoopMsg::ChangeMembership { .. })
     }
 
+    /// An AppendEntries from a leader, with or without entries.
+    fn is_append(&self) -> bool {
+        matches!(self, LoopMsg::Step(Message { body: MessageBody::AppendEntries { .. }, .. }))
+    }
+
     /// The entry bytes this message brings into the log.
     fn entry_bytes(&self) -> u64 {
         match self {
@@ -157,6 +162,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// every few seconds, as a disk this slow costs followers' heartbeat
     /// answers and the leader its quorum.
     pub slow_syncs: SlowSyncs,
+    /// Turns that found the next tick overdue by a fifth of an election timeout.
+    pub late_ticks: Throttled,
     /// Entry bytes taken in since the last Ready (at most about
     /// `TURN_BYTES`).
     pub unwritten_bytes: u64,
@@ -258,25 +265,44 @@ impl<T: Transport> RaftLoop<T> {
         // A Ready's writes may be in flight meanwhile (see `handle_readies`):
         // the core takes messages between a Ready and its `advance`.
         let mut persisted = None;
+        // Whether an AppendEntries that arrived before the current message
+        // waits, in `held` or in `deferred` (all of which arrived before any
+        // message from the inbox).
+        let mut append_held = false;
+        let mut append_deferred = None;
         let mut next = first;
         loop {
-            let msg = match next.take() {
-                Some(msg) => msg,
+            let (msg, from_inbox) = match next.take() {
+                Some(msg) => (msg, true),
                 None if turn_messages >= TURN_MESSAGES => break,
-                None => {
-                    let earlier = if self.takes_deferred() { self.deferred.pop_front() } else { None };
-                    match earlier.or_else(|| self.inbox.try_recv().ok()) {
-                        Some(msg) => msg,
-                        None => break,
-                    }
-                }
+                None => match self.takes_deferred().then(|| self.deferred.pop_front()).flatten() {
+                    Some(msg) => (msg, false),
+                    None => match self.inbox.try_recv() {
+                        Ok(msg) => (msg, true),
+                        Err(_) => break,
+                    },
+                },
             };
             turn_messages += 1;
+            // Appends keep their order, also those without entries: the
+            // leader's empty append checks that the appends before it
+            // arrived (`HeartbeatFollowUp::EmptyAppend`), so one that
+            // overtook a held append was rejected, and the leader resent its
+            // whole window into a full queue. A deferred message is never
+            // held again (it is taken only with room and no write in
+            // flight), so the held ones stay behind the deferred ones.
+            let earlier_append_waits = from_inbox
+                && msg.is_append()
+                && (append_held || *append_deferred.get_or_insert_with(|| self.deferred.iter().any(LoopMsg::is_append)));
             // Proposals wait for the write in flight: those that arrive
             // during an fsync go to the log together after it, one append
             // to each follower, as when the loop itself waited on the disk
             // (stepped one by one, each would cost an append message).
-            if (!self.has_room() && msg.entry_bytes() > 0) || (self.in_flight.is_some() && msg.is_proposal()) {
+            if (!self.has_room() && msg.entry_bytes() > 0)
+                || (self.in_flight.is_some() && msg.is_proposal())
+                || earlier_append_waits
+            {
+                append_held |= msg.is_append();
                 held.push_back(msg);
                 continue;
             }
@@ -479,6 +505,15 @@ impl<T: Transport> RaftLoop<T> {
     /// stall the ticks are capped at a few election timeouts: enough to end
     /// any lease and start an election, and no more work than that.
     fn catch_up_ticks(&mut self, now: Instant) {
+        // etcd warns when a leader's heartbeat is two intervals late; a
+        // fifth of an election timeout is that with the default ticks.
+        let late = now.saturating_duration_since(self.next_tick);
+        if late > self.election_timeout / 5
+            && let Some(late_so_far) = self.late_ticks.count(Duration::from_secs(5))
+        {
+            tracing::warn!(late = ?late, role = ?self.raw.status().role, late_so_far,
+                "the Raft loop is late for its ticks (heartbeats and elections wait): the node is overloaded or its process was paused");
+        }
         let mut ticks = 0;
         while self.next_tick <= now {
             self.raw.tick();
@@ -842,7 +877,7 @@ impl SlowSyncs {
 /// Counts events and says when one may be logged: the first, then at most
 /// one per period.
 #[derive(Debug, Default)]
-struct Throttled {
+pub(crate) struct Throttled {
     count: u64,
     last_log: Option<Instant>,
 }

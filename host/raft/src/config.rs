@@ -29,6 +29,12 @@ pub struct Config {
     /// The most AppendEntries messages in flight to one follower while it is
     /// replicating (pipelining window).
     pub max_inflight_msgs: usize,
+    /// The most entry bytes in flight to one follower while it is
+    /// replicating (etcd-io/raft `MaxInflightBytes`); at least one message
+    /// is always allowed. Keep it within what the transport queues to a
+    /// peer: appends past that are read from the log only to be dropped.
+    /// Default: no limit.
+    pub max_inflight_bytes: u64,
     /// The most entry bytes in one AppendEntries (at least one entry is sent).
     pub max_entries_bytes_per_msg: u64,
     /// A follower whose next index is more than this many entries behind the
@@ -61,6 +67,7 @@ impl Default for Config {
             check_quorum: true,
             lease_drift_ticks: 2,
             max_inflight_msgs: 256,
+            max_inflight_bytes: u64::MAX,
             max_entries_bytes_per_msg: 1024 * 1024,
             snapshot_lag: 0,
             seed: 0,
@@ -104,6 +111,14 @@ impl Config {
             return Err(ConfigError::MaxInflight);
         }
         Ok(())
+    }
+
+    /// The in-flight window of a replicating follower.
+    pub(crate) fn window(&self) -> crate::progress::Window {
+        crate::progress::Window {
+            messages: self.max_inflight_msgs,
+            bytes: self.max_inflight_bytes,
+        }
     }
 
     /// The lease a leader holds after a quorum acknowledged a round, in ticks

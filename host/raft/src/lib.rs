@@ -163,8 +163,15 @@
 //! - **Heartbeats may overtake appends**: the driver may send heartbeats,
 //!   votes and their answers ahead of queued appends (another lane), as
 //!   long as AppendEntries to a peer, and AppendResponses to a peer, keep
-//!   their order. A heartbeat answer moves no progress, so it never resends
-//!   entries in flight nor moves `next` back.
+//!   their order (empty ones too: an empty append stepped ahead of appends
+//!   with entries is rejected, and sends the leader back to probing). A
+//!   heartbeat answer moves no progress, so it never resends entries in
+//!   flight nor moves `next` back.
+//! - **Window**: at most `max_inflight_msgs` appends and
+//!   `max_inflight_bytes` of entries are in flight to a replicating
+//!   follower (one append always goes). A driver whose transport queues a
+//!   bounded number of bytes per peer sets the byte window within it, or
+//!   the leader reads entries from its log for appends the transport drops.
 //!
 //! ## Pitfalls and their regression tests
 //!
@@ -202,6 +209,7 @@
 //! | Membership from snapshot meta, not a stale log (openraft 447dc11c) | `snapshot_test::follower_installs_a_snapshot_with_the_membership_of_its_meta` |
 //! | Install success = follower persisted, not transfer ack (d-engine#308) | `snapshot_test::follower_installs_a_snapshot_with_the_membership_of_its_meta` (the response is a `persisted_messages` entry) |
 //! | Lost appends stall a full pipeline (found by this crate's simulator) | `reorder_test::appends_lost_behind_a_full_window_are_found_by_an_empty_append`, `t50_simulation` (seeds with message drop) |
+//! | More in flight than the transport queues: appends read, dropped and resent under large values (t64's lost leaderships) | `replication_test::in_flight_appends_are_bounded_by_the_byte_window`, `replication_test::one_append_larger_than_the_byte_window_still_goes` |
 //! | A heartbeat answer overtaking appends read as loss: resend storm (the reverted control lane, 104077d) | `reorder_test::a_heartbeat_answer_ahead_of_a_full_window_resends_nothing`, `reorder_test::an_outstanding_probe_is_followed_by_an_empty_one` |
 //!
 //! Outside the core (driver or storage): fsync of directories, torn tails,

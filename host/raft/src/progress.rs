@@ -32,9 +32,12 @@ pub struct Progress {
     pub state: ProgressState,
     /// Probe: a message was sent since the last acknowledgement.
     pub(crate) probe_sent: bool,
-    /// Replicate: the last index of each unacknowledged AppendEntries.
-    pub(crate) inflights: VecDeque<Index>,
-    pub(crate) max_inflight: usize,
+    /// Replicate: the last index and entry bytes of each unacknowledged
+    /// AppendEntries.
+    pub(crate) inflights: VecDeque<(Index, u64)>,
+    /// The sum of the bytes in `inflights`.
+    pub(crate) inflight_bytes: u64,
+    pub(crate) window: Window,
     /// Whether the follower answered since the last check-quorum.
     pub(crate) recent_active: bool,
     /// The newest heartbeat round (token) the follower acknowledged this term.
@@ -64,15 +67,27 @@ pub(crate) enum HeartbeatFollowUp {
     EmptyAppend,
 }
 
+/// How much may be in flight to one follower while replicating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// AppendEntries messages.
+    pub messages: usize,
+    /// Entry bytes (etcd-io/raft `MaxInflightBytes`): past it, the leader
+    /// waits for acknowledgements instead of reading more entries from its
+    /// log for messages the transport has no room for.
+    pub bytes: u64,
+}
+
 impl Progress {
-    pub(crate) fn new(next: Index, max_inflight: usize) -> Progress {
+    pub(crate) fn new(next: Index, window: Window) -> Progress {
         Progress {
             matched: Index(0),
             next,
             state: ProgressState::Probe,
             probe_sent: false,
             inflights: VecDeque::new(),
-            max_inflight,
+            inflight_bytes: 0,
+            window,
             recent_active: false,
             acked_token: 0,
         }
@@ -82,6 +97,7 @@ impl Progress {
         self.state = state;
         self.probe_sent = false;
         self.inflights.clear();
+        self.inflight_bytes = 0;
     }
 
     pub(crate) fn become_probe(&mut self) {
@@ -107,18 +123,23 @@ impl Progress {
     pub(crate) fn is_paused(&self) -> bool {
         match self.state {
             ProgressState::Probe => self.probe_sent,
-            ProgressState::Replicate => self.inflights.len() >= self.max_inflight,
+            ProgressState::Replicate => {
+                self.inflights.len() >= self.window.messages
+                    || (!self.inflights.is_empty() && self.inflight_bytes >= self.window.bytes)
+            }
             ProgressState::Snapshot { .. } => true,
         }
     }
 
-    /// Records that an AppendEntries ending at `last` (or a probe) was sent.
-    pub(crate) fn sent_entries(&mut self, last: Option<Index>) {
+    /// Records that an AppendEntries ending at `last` with `bytes` of
+    /// entries (or a probe) was sent.
+    pub(crate) fn sent_entries(&mut self, last: Option<Index>, bytes: u64) {
         match self.state {
             ProgressState::Replicate => {
                 if let Some(last) = last {
                     self.next = last.next();
-                    self.inflights.push_back(last);
+                    self.inflights.push_back((last, bytes));
+                    self.inflight_bytes += bytes;
                 }
             }
             ProgressState::Probe => self.probe_sent = true,
@@ -134,8 +155,10 @@ impl Progress {
             self.probe_sent = false;
         }
         self.next = self.next.max(index.next());
-        while self.inflights.front().is_some_and(|&i| i <= index) {
+        while let Some(&(last, bytes)) = self.inflights.front().filter(|(i, _)| *i <= index) {
+            debug_assert!(last <= index);
             self.inflights.pop_front();
+            self.inflight_bytes -= bytes;
         }
         updated
     }

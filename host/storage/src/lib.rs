@@ -35,6 +35,7 @@ mod snapshot;
 mod snapshot_reader;
 mod snapshot_staging;
 mod state;
+mod term_index;
 
 pub use backup::{BackupReader, BackupSummary, verify as verify_backup, write_backup};
 pub use error::StorageError;

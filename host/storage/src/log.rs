@@ -70,8 +70,10 @@ impl Storage {
             opts.set_sync(false);
         }
         self.write(batch, &opts)?;
-        if let Some(last) = entries.last() {
-            self.bounds.lock().last = last.log_id.index;
+        if let Some(first) = entries.first() {
+            // Terms before bounds: a reader within the bounds finds its term.
+            self.terms.lock().appended(first.log_id.index, entries.iter().map(|e| e.log_id.term));
+            self.bounds.lock().last = entries[entries.len() - 1].log_id.index;
         }
         if let Some(hs) = hard_state {
             *self.hard_state.lock() = *hs;
@@ -104,6 +106,16 @@ impl Storage {
         }
         iter.status()?;
         Ok(out)
+    }
+
+    /// The term of the entry at `index`, read from disk.
+    pub(crate) fn read_term(&self, index: Index) -> Result<Term, StorageError> {
+        let bytes = self.db.get_cf(self.cf(CF_LOG), encode_index(index))?.ok_or_else(|| StorageError::Corrupt {
+            what: "log",
+            key: Some(format!("index {}", index.0)),
+            detail: "missing within the log's bounds".to_string(),
+        })?;
+        Ok(codec::decode_entry(index.0, &bytes)?.log_id.term)
     }
 
     /// The first and last index in the log.
@@ -169,12 +181,10 @@ impl LogReader for Storage {
         if index > b.last {
             return Err(wasmraft_raft::StorageError::Unavailable);
         }
-        let bytes = self
-            .db
-            .get_cf(self.cf(CF_LOG), encode_index(index))
-            .map_err(|e| to_raft(e.into()))?
-            .ok_or(wasmraft_raft::StorageError::Unavailable)?;
-        Ok(codec::decode_entry(index.0, &bytes).map_err(to_raft)?.log_id.term)
+        match self.terms.lock().term(index) {
+            Some(term) => Ok(term),
+            None => self.read_term(index).map_err(to_raft),
+        }
     }
 
     fn first_index(&self) -> Result<Index, wasmraft_raft::StorageError> {

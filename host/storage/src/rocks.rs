@@ -7,6 +7,7 @@ use wasmraft_raft::{HardState, Index, LogId, Membership, SnapshotMeta};
 
 use crate::codec;
 use crate::error::StorageError;
+use crate::term_index::TermIndex;
 
 pub(crate) const CF_LOG: &str = "log";
 pub(crate) const CF_RAFT: &str = "raft";
@@ -51,6 +52,9 @@ pub(crate) struct Bounds {
 pub struct Storage {
     pub(crate) db: Arc<DB>,
     pub(crate) bounds: Arc<Mutex<Bounds>>,
+    /// The term of every entry in the log (`term_index.rs`), kept in step
+    /// with the bounds.
+    pub(crate) terms: Arc<Mutex<TermIndex>>,
     pub(crate) hard_state: Arc<Mutex<HardState>>,
     pub(crate) options: StorageOptions,
     /// Fault injection: writes still allowed before the store acts as if
@@ -89,6 +93,7 @@ impl Storage {
                 last: Index(0),
                 before_first: LogId::default(),
             })),
+            terms: Arc::default(),
             hard_state: Arc::new(Mutex::new(HardState::default())),
             options,
             writes_left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
@@ -137,9 +142,11 @@ impl Storage {
             None => before_first.index,
         };
         iter.status()?;
+        let last = last.max(before_first.index);
+        *self.terms.lock() = TermIndex::build(first, last, |index| self.read_term(index))?;
         *self.bounds.lock() = Bounds {
             first,
-            last: last.max(before_first.index),
+            last,
             before_first,
         };
         Ok(())
@@ -334,6 +341,13 @@ const MEMTABLE_BYTES: usize = 16 << 20;
 const MEMTABLES_PER_LARGE_CF: i32 = 4;
 /// One memtable of the small column families (hard state, metadata).
 const SMALL_MEMTABLE_BYTES: usize = 4 << 20;
+/// Write-ahead log files kept at most: past it, RocksDB flushes the column
+/// families that hold the oldest one. A WAL file is deleted only once every
+/// column family's data in it is flushed, and the small ones (hard state,
+/// metadata) take a write in nearly every file but fill their memtables
+/// rarely: by default (4 x all memtables) a node kept 700 MB of WAL under
+/// large values, five times the data written.
+const MAX_TOTAL_WAL_BYTES: u64 = 2 * MEMTABLES_BYTES as u64;
 /// One block cache for every column family.
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
 
@@ -345,6 +359,7 @@ const BLOCK_CACHE_BYTES: usize = 32 << 20;
 /// [`BLOCK_CACHE_BYTES`], index and filter blocks included.
 fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
     db_opts.set_db_write_buffer_size(MEMTABLES_BYTES);
+    db_opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
     let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES);
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_block_cache(&cache);
@@ -359,6 +374,13 @@ fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
         };
         cf.set_write_buffer_size(size);
         cf.set_max_write_buffer_number(count);
+        if name == CF_LOG {
+            // Entries live until the next snapshot and are read back to
+            // replicate them: compressing them spent the leader's CPU on
+            // every read (a whole large value decompressed per append
+            // sent) to save disk that compaction frees soon anyway.
+            cf.set_compression_type(rocksdb::DBCompressionType::None);
+        }
         ColumnFamilyDescriptor::new(name, cf)
     })
 }

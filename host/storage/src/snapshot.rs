@@ -166,6 +166,7 @@ impl Storage {
         bounds.first = meta.last.index.next();
         bounds.before_first = meta.last;
         bounds.last = bounds.last.max(meta.last.index);
+        self.terms.lock().compacted_to(bounds.first);
         Ok(())
     }
 

@@ -304,6 +304,7 @@ impl Storage {
         done.put_cf(self.cf(CF_RAFT), KEY_SNAPSHOT, codec::encode_snapshot_meta(meta));
         done.delete_cf(self.cf(CF_RAFT), KEY_INSTALLING);
         self.write(done, &self.sync_opts())?;
+        self.terms.lock().clear();
         *bounds = crate::rocks::Bounds { first: meta.last.index.next(), last: meta.last.index, before_first: meta.last };
         drop(bounds);
 

@@ -26,7 +26,10 @@ fn appended_entries_and_hard_state_survive_reopening() {
     assert!(!s.is_empty().unwrap());
     assert_eq!(s.hard_state(), hs);
     assert_eq!(s.log_bounds(), (Index(1), Index(3)));
-    assert_eq!(s.term(Index(2)).unwrap(), Term(2));
+    // Terms come from the index rebuilt at open, not from the entries.
+    for (index, term) in [(1, 1), (2, 2), (3, 2)] {
+        assert_eq!(s.term(Index(index)).unwrap(), Term(term));
+    }
     assert_eq!(s.entries(Index(1), Index(4), u64::MAX).unwrap().len(), 3);
     let (_, membership) = s.initial_state().unwrap();
     assert_eq!(membership, Membership::new([NodeId(1)]));
@@ -41,6 +44,8 @@ fn appending_over_a_suffix_replaces_it() {
     assert_eq!(s.log_bounds().1, Index(3));
     let all = s.read_entries(Index(1), Index(10)).unwrap();
     assert_eq!(all, vec![entry(1, 1, "a"), entry(1, 2, "b"), entry(2, 3, "x")]);
+    assert_eq!(s.term(Index(2)), Ok(Term(1)));
+    assert_eq!(s.term(Index(3)), Ok(Term(2)));
     assert_eq!(s.term(Index(4)), Err(wasmraft_raft::StorageError::Unavailable));
 }
 
@@ -115,21 +120,28 @@ fn a_corrupt_log_record_is_reported_not_used() {
     let dir = tempfile::tempdir().unwrap();
     {
         let s = open(dir.path());
-        s.append(&[entry(1, 1, "a"), entry(1, 2, "b")], None, true).unwrap();
+        s.append(&[entry(1, 1, "a"), entry(1, 2, "b"), entry(1, 3, "c")], None, true).unwrap();
     }
-    {
-        // Damage entry 2 behind the store's back.
+    // Damage entry `index` behind the store's back.
+    let damage = |index: u64| {
         let cfs = ["log", "raft", "state", "meta"];
         let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), dir.path(), cfs).unwrap();
         let log = db.cf_handle("log").unwrap();
-        let mut bytes = db.get_cf(log, 2u64.to_be_bytes()).unwrap().unwrap();
+        let mut bytes = db.get_cf(log, index.to_be_bytes()).unwrap().unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0x40;
-        db.put_cf(log, 2u64.to_be_bytes(), bytes).unwrap();
-    }
+        db.put_cf(log, index.to_be_bytes(), bytes).unwrap();
+    };
+    damage(2);
     let s = open(dir.path());
-    let err = s.read_entries(Index(1), Index(3)).unwrap_err();
+    let err = s.read_entries(Index(1), Index(4)).unwrap_err();
     assert!(err.to_string().contains("corrupt log entry record at index 2: checksum mismatch"), "{err}");
+    drop(s);
+    // The last entry is read at open (its term): a damaged one stops the
+    // open instead of giving the core a wrong last term.
+    damage(3);
+    let err = Storage::open(dir.path(), 1, StorageOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("corrupt log entry record at index 3: checksum mismatch"), "{err}");
 }
 
 /// Installing a snapshot replaces every client session, whatever its id:

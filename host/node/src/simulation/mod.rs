@@ -35,6 +35,8 @@ mod admin;
 mod checks;
 mod clients;
 mod cluster;
+#[cfg(test)]
+mod ordering;
 mod rng;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,7 +2,7 @@
 
 use super::Raft;
 use crate::message::MessageBody;
-use crate::progress::Progress;
+use crate::progress::{Progress, Window};
 use crate::quorum::{VoteResult, quorum_vote};
 use crate::storage::LogReader;
 use crate::types::{Entry, EntryPayload, LogId, NodeId, Role, Term};
@@ -99,14 +99,14 @@ impl<L: LogReader> Raft<L> {
         self.lead = Some(self.id);
         let last = self.log.last_index();
         for id in self.membership.members() {
-            let mut pr = Progress::new(last.next(), self.cfg.max_inflight_msgs);
+            let mut pr = Progress::new(last.next(), self.cfg.window());
             pr.recent_active = true;
             self.progress.insert(id, pr);
         }
         let own = self
             .progress
             .entry(self.id)
-            .or_insert_with(|| Progress::new(last.next(), 1));
+            .or_insert_with(|| Progress::new(last.next(), Window { messages: 1, bytes: u64::MAX }));
         own.matched = self.log.persisted_last();
         own.recent_active = true;
         // The no-op of the new term (§8): commits the previous terms' entries

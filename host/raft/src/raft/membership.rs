@@ -131,7 +131,7 @@ impl<L: LogReader> Raft<L> {
                 let next = self.log.last_index().next();
                 for &id in &members {
                     self.progress.entry(id).or_insert_with(|| {
-                        let mut pr = Progress::new(next, self.cfg.max_inflight_msgs);
+                        let mut pr = Progress::new(next, self.cfg.window());
                         pr.recent_active = true;
                         pr
                     });

@@ -105,7 +105,7 @@ impl<L: LogReader> Raft<L> {
             return false;
         }
         let pr = self.progress.get_mut(&to).expect("progress checked above");
-        pr.sent_entries(entries.last().map(|e| e.log_id.index));
+        pr.sent_entries(entries.last().map(|e| e.log_id.index), entries.iter().map(Entry::size).sum());
         let body = MessageBody::AppendEntries {
             prev: LogId {
                 term: prev_term,

@@ -256,6 +256,57 @@ fn in_flight_appends_are_bounded_by_the_window() {
 }
 
 #[test]
+fn in_flight_appends_are_bounded_by_the_byte_window() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.nodes.insert(
+        1,
+        RawNode::new(
+            Config {
+                max_inflight_bytes: 250,
+                ..cfg(1)
+            },
+            MemStorage::new(&[1, 2]),
+        )
+        .unwrap(),
+    );
+    c.elect(1);
+    let mut sent = Vec::new();
+    for _ in 0..5 {
+        c.node(1).propose(vec![vec![0; 100]]).unwrap();
+        sent.extend(drive(c.node(1)).messages);
+    }
+    // 100 + 100 bytes leave room; 300 do not: the fourth waits.
+    assert_eq!(sent.len(), 3, "appends past the byte window wait for an acknowledgement");
+    for m in sent {
+        c.node(2).step(m).unwrap();
+    }
+    c.settle();
+    assert_eq!(c.commit(2), c.commit(1));
+    assert_eq!(c.commit(1), Index(6));
+}
+
+#[test]
+fn one_append_larger_than_the_byte_window_still_goes() {
+    let mut c = Cluster::new(&[1, 2]);
+    c.nodes.insert(
+        1,
+        RawNode::new(
+            Config {
+                max_inflight_bytes: 10,
+                ..cfg(1)
+            },
+            MemStorage::new(&[1, 2]),
+        )
+        .unwrap(),
+    );
+    c.elect(1);
+    c.node(1).propose(vec![vec![0; 100]]).unwrap();
+    c.node(1).propose(vec![vec![0; 100]]).unwrap();
+    c.settle();
+    assert_eq!(c.commit(2), Index(3));
+}
+
+#[test]
 fn follower_acknowledges_only_after_persisting() {
     let mut n = follower_with(&[1]);
     n.step(msg(1, 2, 1, append(LogId::new(1, 1), vec![blank(1, 2)], 1)))

@@ -89,6 +89,7 @@ pub struct Params {
     pub pre_vote: bool,
     pub max_inflight: usize,
     pub max_bytes: u64,
+    pub max_inflight_bytes: u64,
 }
 
 impl Params {
@@ -121,6 +122,7 @@ impl Params {
             pre_vote: rng.chance(0.8),
             max_inflight: rng.range(1, 8) as usize,
             max_bytes: rng.range(40, 2000),
+            max_inflight_bytes: if rng.chance(0.5) { u64::MAX } else { rng.range(20, 4000) },
         }
     }
 }

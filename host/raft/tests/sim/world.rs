@@ -174,6 +174,7 @@ impl World {
             pre_vote: self.p.pre_vote,
             max_inflight_msgs: self.p.max_inflight,
             max_entries_bytes_per_msg: self.p.max_bytes,
+            max_inflight_bytes: self.p.max_inflight_bytes,
             // Small, so that handing out committed entries pauses and resumes.
             max_applying_bytes: self.p.max_bytes,
             applied,
