@@ -113,7 +113,7 @@ pub async fn serve(
                 .instrument(tracing::info_span!("node", id)),
         );
     }
-    let space = etcd::SpaceAlarm::new(serving.etcd.quota_backend_bytes);
+    let space = etcd::SpaceQuota::new(serving.etcd.quota_backend_bytes);
     let admin = AdminService::new(
         serving.node.clone(),
         forwarder.clone(),

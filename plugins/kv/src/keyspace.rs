@@ -3,6 +3,7 @@
 //! ```text
 //! \x00rev             the current revision (u64, big-endian)
 //! \x00compact         the compacted revision: reads and watches below it fail
+//! \x00alarm/ ...      etcd's alarms ([`crate::alarms`])
 //! \x01 key            the key's current KeyValue, encoded without its key
 //! \x02 rev sub        the revision log: the key changed at (rev, sub)
 //! \x03 esc(key) rev   the key's version at rev: its KeyValue without the key,

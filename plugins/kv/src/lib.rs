@@ -5,8 +5,9 @@
 //! through the log) answered with a `ResponseOp`; a query is a `RequestOp`
 //! holding a range or a read-only txn. So etcd's v3 API is a thin adapter on
 //! the host side. `kvplugin.Request` extends `RequestOp` with what etcd's
-//! API needs beyond it: a compaction (a command), and the changes since a
-//! revision and keyspace hashes (queries).
+//! API needs beyond it: a compaction (a command), the changes since a
+//! revision and keyspace hashes (queries), and etcd's alarms (a NOSPACE
+//! alarm refuses puts at apply, on every member; see `alarms`).
 //!
 //! Semantics follow etcd: one global revision that increases by one per entry
 //! that changes something; per key `create_revision`, `mod_revision` and
@@ -16,6 +17,7 @@
 //! keyspace as of any kept revision, and a read below the compacted revision
 //! gets etcd's "compacted" error. Each changed key emits an `mvccpb.Event`.
 
+mod alarms;
 mod history;
 mod keyspace;
 mod ops;
@@ -84,8 +86,12 @@ impl StateMachine for Kv {
         let request = decode(&entry.command).map_err(ApplyError::invalid)?;
         let mut rev = Revision::begin();
         let response = match etcd_op(request) {
-            Ok(op) => kv_response(ops::execute(&op, &mut rev)?),
+            Ok(op) => {
+                alarms::check_write(&op)?;
+                kv_response(ops::execute(&op, &mut rev)?)
+            }
             Err(KvRequest::RequestCompaction(c)) => KvResponse::ResponseCompaction(history::compact(&c, &rev)?),
+            Err(KvRequest::RequestAlarm(a)) => KvResponse::ResponseAlarm(alarms::change(&a, &rev)?),
             Err(_) => return Err(ApplyError::invalid("a query, not a command: send it as a query")),
         };
         history::remove_compacted_step(&rev);
@@ -103,6 +109,7 @@ impl StateMachine for Kv {
             Ok(op) => kv_response(ops::execute(&op, &mut rev)?),
             Err(KvRequest::RequestEvents(r)) => KvResponse::ResponseEvents(history::events(&r, &rev)),
             Err(KvRequest::RequestHash(r)) => KvResponse::ResponseHash(history::hash(&r, &rev)?),
+            Err(KvRequest::RequestAlarm(a)) => KvResponse::ResponseAlarm(alarms::get(&a, &rev)?),
             Err(_) => return Err(QueryError::invalid("a compaction writes: propose it instead")),
         };
         Ok(encode(response))

@@ -14,7 +14,7 @@ use wasmraft_proto::etcdserverpb::{
     ResponseOp, TxnRequest, TxnResponse,
 };
 
-use super::{SpaceAlarm, etcd_status, header, require_kv};
+use super::{SpaceQuota, etcd_status, header, require_kv};
 use crate::forward::{Forwarder, forwarded, is_forwarded};
 
 /// The `etcdserverpb.KV` service of one node. Writes go through the log
@@ -25,13 +25,13 @@ use crate::forward::{Forwarder, forwarded, is_forwarded};
 pub struct EtcdKv {
     node: Node,
     forwarder: Forwarder,
-    space: SpaceAlarm,
+    space: SpaceQuota,
 }
 
 impl EtcdKv {
     /// Serves `node`, forwarding writes through `forwarder`; writes that
-    /// add data are refused while `space` is raised.
-    pub fn new(node: Node, forwarder: Forwarder, space: SpaceAlarm) -> Self {
+    /// add data are refused on a member whose store is past `space`.
+    pub fn new(node: Node, forwarder: Forwarder, space: SpaceQuota) -> Self {
         Self { node, forwarder, space }
     }
 
@@ -151,7 +151,9 @@ impl Kv for EtcdKv {
         // A put with a lease is refused by the KV plugin, which serves no
         // lease yet, with etcd's "etcdserver: requested lease not found"
         // (NOT_FOUND) after etcd's request checks, as etcd orders them.
-        self.space.check_write(&self.node)?;
+        if !was_forwarded {
+            self.space.check_write(&self.node, &self.forwarder).await?;
+        }
         let command = request_op(OP_PUT, &r);
         let answer = self.write(command, was_forwarded, |mut c| async move { c.put(forwarded(r)).await }).await?;
         answer!(&self.node, decoded(answer, decode)?, OpResponse::ResponsePut)
@@ -176,8 +178,8 @@ impl Kv for EtcdKv {
         let answer = if read_only(&r) {
             Ok(self.read(Op::RequestTxn(r), Consistency::Linearizable).await?)
         } else {
-            if puts(&r) {
-                self.space.check_write(&self.node)?;
+            if puts(&r) && !was_forwarded {
+                self.space.check_write(&self.node, &self.forwarder).await?;
             }
             let command = request_op(OP_TXN, &r);
             let answer = self.write(command, was_forwarded, |mut c| async move { c.txn(forwarded(r)).await }).await?;

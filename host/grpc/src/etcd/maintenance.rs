@@ -4,8 +4,8 @@
 
 use tonic::{Request, Response, Status};
 use wasmraft_node::Node;
+use wasmraft_node::Consistency;
 use wasmraft_proto::etcdserverpb::alarm_request::AlarmAction;
-use wasmraft_proto::etcdserverpb::{AlarmMember, AlarmType};
 use wasmraft_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use wasmraft_proto::etcdserverpb::maintenance_server::Maintenance;
 use wasmraft_proto::etcdserverpb::{
@@ -18,7 +18,8 @@ use wasmraft_proto::kvplugin::HashRequest as HashPage;
 use wasmraft_proto::kvplugin::request::Request as KvRequest;
 use wasmraft_proto::kvplugin::response::Response as KvResponse;
 
-use super::{SpaceAlarm, current_revision, etcd_status, header, plugin_query, require_kv};
+use super::alarm::propose_alarm;
+use super::{SpaceQuota, current_revision, etcd_status, header, plugin_query, plugin_read, require_kv};
 use crate::forward::Forwarder;
 
 /// The etcd API level these services answer as: what `Status.version`
@@ -30,13 +31,13 @@ pub const ETCD_API_VERSION: &str = "3.6.0";
 pub struct EtcdMaintenance {
     node: Node,
     forwarder: Forwarder,
-    space: SpaceAlarm,
+    space: SpaceQuota,
 }
 
 impl EtcdMaintenance {
     /// Serves `node`; a leader transfer asked of a follower goes to the
     /// leader through `forwarder`.
-    pub fn new(node: Node, forwarder: Forwarder, space: SpaceAlarm) -> Self {
+    pub fn new(node: Node, forwarder: Forwarder, space: SpaceQuota) -> Self {
         Self { node, forwarder, space }
     }
 }
@@ -45,36 +46,40 @@ impl EtcdMaintenance {
 impl Maintenance for EtcdMaintenance {
     type SnapshotStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
-    /// This member's NOSPACE alarm (see [`SpaceAlarm`]): listed while
-    /// raised, cleared by a disarm. Members raise it for themselves, and
-    /// clients cannot raise alarms.
+    /// The cluster's alarms, kept by the KV plugin (see `alarm.rs`): a
+    /// list is a linearizable read; an activation or a deactivation (what
+    /// `etcdctl alarm disarm` sends for each listed alarm) goes through the
+    /// log, from any member.
     async fn alarm(&self, request: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
         require_kv(&self.node)?;
-        let r = request.into_inner();
-        let nospace = || AlarmMember { member_id: self.node.id(), alarm: AlarmType::Nospace as i32 };
-        let alarms = match AlarmAction::try_from(r.action) {
-            Ok(AlarmAction::Get) => self.space.is_raised().then(nospace).into_iter().collect(),
-            Ok(AlarmAction::Deactivate) => {
-                let ours = r.member_id == 0 || r.member_id == self.node.id();
-                let nospace_alarm = matches!(AlarmType::try_from(r.alarm), Ok(AlarmType::Nospace | AlarmType::None));
-                if ours && nospace_alarm && self.space.is_raised() {
-                    self.space.disarm();
-                    vec![nospace()]
-                } else {
-                    Vec::new()
+        let was_forwarded = crate::forward::is_forwarded(&request);
+        let answer = match AlarmAction::try_from(request.get_ref().action) {
+            Ok(AlarmAction::Get) => {
+                match plugin_read(&self.node, KvRequest::RequestAlarm(request.into_inner()), Consistency::Linearizable).await? {
+                    KvResponse::ResponseAlarm(answer) => answer,
+                    _ => return Err(Status::internal("etcdserver: the KV plugin gave a malformed answer")),
                 }
             }
-            _ => return Err(Status::unimplemented("etcdserver: clients cannot raise alarms; members raise NOSPACE themselves")),
+            Ok(_) => {
+                self.forwarder.admins().require(&request, "an alarm change")?;
+                propose_alarm(&self.node, &self.forwarder, request.into_inner(), was_forwarded).await?
+            }
+            Err(_) => return Err(Status::invalid_argument("etcdserver: unknown alarm action")),
         };
-        let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
-        Ok(Response::new(AlarmResponse { header, alarms }))
+        let header = header(&self.node, answer.header);
+        Ok(Response::new(AlarmResponse { header, alarms: answer.alarms }))
     }
 
     async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         require_kv(&self.node)?;
         let s = self.node.status();
         let (total, live) = self.node.storage_bytes();
-        let errors = s.fatal.iter().chain(&s.divergence).cloned().collect();
+        let mut errors: Vec<String> = s.fatal.iter().chain(&s.divergence).cloned().collect();
+        // etcd lists active alarms among a member's errors too.
+        let alarms = AlarmRequest { action: AlarmAction::Get as i32, ..Default::default() };
+        if let KvResponse::ResponseAlarm(a) = plugin_query(&self.node, KvRequest::RequestAlarm(alarms)).await? {
+            errors.extend(a.alarms.iter().map(|m| format!("memberID:{} alarm:{}", m.member_id, m.alarm().as_str_name())));
+        }
         let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
         Ok(Response::new(StatusResponse {
             header,

@@ -7,6 +7,7 @@
 //! with etcd's gRPC codes and texts, which clients' retry and failover
 //! logic depend on.
 
+mod alarm;
 mod cluster;
 pub(crate) mod compactor;
 mod kv;
@@ -14,6 +15,7 @@ mod lease;
 mod maintenance;
 mod watch;
 
+pub use alarm::SpaceQuota;
 pub use cluster::EtcdCluster;
 pub use compactor::{AutoCompaction, parse_duration};
 pub use kv::EtcdKv;
@@ -40,8 +42,9 @@ pub struct EtcdSettings {
     /// How often a watcher that asked for progress notifications gets one
     /// when it has nothing else to receive (etcd: 10 minutes).
     pub progress_notify_interval: std::time::Duration,
-    /// The store size past which this member raises the NOSPACE alarm and
-    /// refuses writes that add data (etcd's `--quota-backend-bytes`).
+    /// The store size past which this member raises the NOSPACE alarm,
+    /// which refuses writes that add data on every member until disarmed
+    /// (etcd's `--quota-backend-bytes`).
     pub quota_backend_bytes: u64,
 }
 
@@ -51,77 +54,6 @@ impl Default for EtcdSettings {
             auto_compaction: Some(AutoCompaction::Periodic(std::time::Duration::from_secs(3600))),
             progress_notify_interval: std::time::Duration::from_secs(600),
             quota_backend_bytes: 8 << 30,
-        }
-    }
-}
-
-/// This member's NOSPACE alarm: raised when a write finds the store past
-/// the quota, cleared only by `alarm disarm`, as in etcd.
-#[derive(Clone, Debug, Default)]
-pub struct SpaceAlarm {
-    raised: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    quota: u64,
-    /// The store's size and when it was read: reading it takes a dozen
-    /// RocksDB property lookups under the database's lock, too many for
-    /// every write, so writes share a reading for [`SIZE_READ_EVERY`].
-    measured: std::sync::Arc<parking_lot::Mutex<Option<(std::time::Instant, u64)>>>,
-}
-
-/// How long writes share one reading of the store's size.
-const SIZE_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// etcd's text for a write refused under the NOSPACE alarm.
-const ERR_NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
-
-impl SpaceAlarm {
-    /// An alarm that is not raised, for a store quota of `quota` bytes.
-    pub fn new(quota: u64) -> Self {
-        Self { raised: Default::default(), quota, measured: Default::default() }
-    }
-
-    /// The store's size on disk, read at most every [`SIZE_READ_EVERY`].
-    fn store_bytes(&self, node: &Node) -> u64 {
-        let mut measured = self.measured.lock();
-        match *measured {
-            Some((at, bytes)) if at.elapsed() < SIZE_READ_EVERY => bytes,
-            _ => {
-                let bytes = node.storage_bytes().0;
-                *measured = Some((std::time::Instant::now(), bytes));
-                bytes
-            }
-        }
-    }
-
-    /// Refuses a write that adds data while the alarm is raised, raising
-    /// it first if the store has grown past the quota.
-    fn check_write(&self, node: &Node) -> Result<(), Status> {
-        use std::sync::atomic::Ordering;
-        if !self.raised.load(Ordering::Acquire) && self.store_bytes(node) > self.quota {
-            if !self.raised.swap(true, Ordering::AcqRel) {
-                tracing::warn!(
-                    quota_bytes = self.quota,
-                    store_bytes = self.store_bytes(node),
-                    "NOSPACE alarm raised: writes through etcd's API are refused until `etcdctl alarm disarm` (compact and defragment first)"
-                );
-            }
-        }
-        if self.raised.load(Ordering::Acquire) {
-            return Err(Status::resource_exhausted(ERR_NO_SPACE));
-        }
-        Ok(())
-    }
-
-    pub(crate) fn quota(&self) -> u64 {
-        self.quota
-    }
-
-    pub(crate) fn is_raised(&self) -> bool {
-        self.raised.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    pub(crate) fn disarm(&self) {
-        if self.raised.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            tracing::info!("NOSPACE alarm disarmed");
         }
     }
 }
@@ -176,8 +108,13 @@ async fn revision_at(node: &Node, consistency: Consistency) -> Result<i64, Statu
 /// Asks the KV plugin one of its own queries (history, hashes) against
 /// this node's state.
 async fn plugin_query(node: &Node, request: KvRequest) -> Result<KvResponse, Status> {
+    plugin_read(node, request, Consistency::Eventual).await
+}
+
+/// Asks the KV plugin one of its own queries at `consistency`.
+async fn plugin_read(node: &Node, request: KvRequest, consistency: Consistency) -> Result<KvResponse, Status> {
     let query = kvplugin::Request { request: Some(request) };
-    let answer = node.query(query.encode_to_vec(), Consistency::Eventual).await.map_err(etcd_status)?;
+    let answer = node.query(query.encode_to_vec(), consistency).await.map_err(etcd_status)?;
     kvplugin::Response::decode(answer.as_slice())
         .ok()
         .and_then(|r| r.response)
@@ -193,6 +130,8 @@ fn etcd_status(e: Error) -> Status {
                 Code::OutOfRange
             } else if m.contains("lease not found") {
                 Code::NotFound
+            } else if m.contains("database space exceeded") {
+                Code::ResourceExhausted
             } else {
                 Code::InvalidArgument
             };
