@@ -69,7 +69,7 @@ impl EtcdKv {
 }
 
 /// Field numbers of `RequestOp`'s `request` oneof.
-const OP_PUT: u32 = 2;
+pub(super) const OP_PUT: u32 = 2;
 const OP_DELETE_RANGE: u32 = 3;
 const OP_TXN: u32 = 4;
 /// The field of a compaction in the KV plugin's `kvplugin.Request`.
