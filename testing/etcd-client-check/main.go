@@ -15,6 +15,9 @@
 // restart members), runs for -duration, then prints a summary line
 // starting with "ok" or "FAIL" and exits 0 or 1.
 //
+// With -api it instead checks every KV, Watch, Cluster and Maintenance
+// call an application makes, against what etcd answers (api.go).
+//
 // With -history FILE it instead records a history for a linearizability
 // checker: concurrent clients get, put, delete and compare-and-swap (a Txn
 // on the value, or on create revision 0 for an absent key) a few keys, and
@@ -49,10 +52,19 @@ func main() {
 	workers := flag.Int("workers", 4, "concurrent transfer workers")
 	duration := flag.Duration("duration", 10*time.Second, "how long the workers transfer")
 	history := flag.String("history", "", "record a get/put/delete/CAS history to this file instead")
+	api := flag.Bool("api", false, "check every KV, Watch, Cluster and Maintenance call instead (api.go)")
 	flag.Parse()
 	eps := strings.Split(*endpoints, ",")
 	if *watchAt == "" {
 		*watchAt = eps[0]
+	}
+	if *api {
+		if err := runAPI(eps); err != nil {
+			fmt.Printf("FAIL: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println("ok: every call answered as etcd's")
+		return
 	}
 	if *history != "" {
 		if err := record(eps, *history, *workers, *duration); err != nil {

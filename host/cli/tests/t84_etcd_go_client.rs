@@ -7,7 +7,8 @@
 //! which a watch from below a compaction gets etcd's `ErrCompacted` with
 //! the compacted revision; and a
 //! get/put/delete/compare-and-swap history recorded by clientv3 under
-//! SIGKILL and SIGSTOP of leaders is linearizable (the project's checker).
+//! SIGKILL and SIGSTOP of leaders is linearizable (the project's checker);
+//! and every KV, Watch, Cluster and Maintenance call answers as etcd's.
 
 mod cluster;
 
@@ -88,6 +89,37 @@ async fn clientv3_stm_transfers_and_a_watcher_survive_leader_and_member_kills() 
     let summary = lines.last().cloned().unwrap_or_default();
     println!("{summary}");
     assert!(status.success() && summary.starts_with("ok "), "{lines:?}\n{stderr}");
+}
+
+/// Every KV, Watch, Cluster and Maintenance call of clientv3 answers as
+/// etcd's: gets with prefix, limit, sort, revision, keys-only, count-only,
+/// from-key and min mod revision; deletes with prev kv; txns with every
+/// compare target, nested txns and etcd's duplicate-key error; watches
+/// replaying history with prev kv and the no-delete filter, a progress
+/// request, a live event and a cancel; a learner added, updated, refused
+/// promotion and removed; status, alarms, equal HashKV on every member,
+/// defragment, a snapshot stream and a leader move (`api.go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_clientv3_call_answers_as_etcds() {
+    let _serial = serial();
+    let cluster = Cluster::start(3).await;
+    cluster.leader().await;
+    let mut check = Command::new(client_check())
+        .args(["-api", "-endpoints", &cluster.endpoints(0).join(",")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run etcd-client-check");
+    let status = finish(&mut check).await;
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut check.stdout.take().unwrap(), &mut stdout).unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut check.stderr.take().unwrap(), &mut stderr).unwrap();
+    println!("{stdout}");
+    assert!(status.success() && stdout.trim_end().ends_with("ok: every call answered as etcd's"), "{stdout}\n{stderr}");
+    for part in ["kv", "txn", "watch", "cluster", "maintenance"] {
+        assert!(stdout.contains(&format!("checked {part}\n")), "{stdout}");
+    }
 }
 
 /// The history `etcd-client-check -history` wrote (format in its
