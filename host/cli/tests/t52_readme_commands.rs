@@ -25,35 +25,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use cluster::docs::{block_after, promised, split_comment};
+
 const BIN: &str = env!("CARGO_BIN_EXE_wasmraft");
 
 fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-/// The commands of the first ```sh block after the line containing
-/// `marker`: one per line, continuation lines joined.
-fn block_after(readme: &str, marker: &str) -> Vec<String> {
-    let from = readme.find(marker).unwrap_or_else(|| panic!("README has no {marker:?}"));
-    let rest = &readme[from..];
-    let start = rest.find("```sh\n").unwrap_or_else(|| panic!("no sh block after {marker:?}")) + "```sh\n".len();
-    let end = rest[start..].find("```").unwrap() + start;
-    rest[start..end].lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
-}
-
-/// Splits `cmd   # comment` at the comment.
-fn split_comment(line: &str) -> (&str, Option<&str>) {
-    match line.find("  #") {
-        Some(i) => (line[..i].trim(), Some(line[i..].trim_start().trim_start_matches('#').trim())),
-        None => (line.trim(), None),
-    }
-}
-
-/// The output a comment promises: its first word, when that word is all of
-/// it but a parenthesis (`OK`, `1 (keys deleted)`).
-fn promised(comment: &str) -> Option<&str> {
-    let head = comment.split(" (").next().unwrap().trim();
-    (!head.is_empty() && !head.contains(' ')).then_some(head)
 }
 
 /// Runs one README line from the repository root.

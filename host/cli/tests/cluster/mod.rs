@@ -4,6 +4,7 @@
 // Each test binary uses part of the harness.
 #![allow(dead_code)]
 
+pub mod docs;
 pub mod etcdctl;
 
 use std::collections::{BTreeMap, BTreeSet};
