@@ -17,7 +17,8 @@
 //! cannot run inside `cargo test`), the plugin build (`cargo xtask plugins`
 //! builds the same module before the tests), `plugin new` (t71), and the
 //! `cargo install` line (a release build, which cannot run inside
-//! `cargo test` either; it installs the binary these tests run).
+//! `cargo test` either: the test command runs it last, as written, and
+//! starts the binary it installs).
 
 mod cluster;
 
