@@ -24,29 +24,42 @@ cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p bank -
 echo "==> workspace tests"
 cargo test --workspace --locked
 
-# The README's install line, as written (read from the README), then the
-# installed binary runs a local cluster and answers. Its install root and
-# build directory are moved out of ~/.cargo (the environment, not the
-# line); an optimised build from nothing takes about 22 minutes on two
-# cores, and a rerun reuses target/release.
+# The README's set-up lines that cannot run inside `cargo test`, as written
+# (read from the README): the quick start's `./scripts/dev.sh`, and the
+# install line, whose install root and build directory the environment
+# moves out of ~/.cargo. Each must bring up a local cluster that serves a
+# put and a get.
+readme_line() { grep -m1 -- "$1" README.md | sed 's/  *#.*$//'; }
+check_dir=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$check_dir"' EXIT
+# serves LOG WASMRAFT: waits for the cluster the last background job
+# started, then puts and gets through it, and stops the job.
+serves() {
+  local log=$1 wasmraft=$2 pid=$! answer
+  for _ in $(seq 1 300); do
+    "$wasmraft" status --timeout 1s >/dev/null 2>&1 && break
+    sleep 0.3
+  done
+  "$wasmraft" put readme-check ok >/dev/null && answer=$("$wasmraft" get readme-check) || answer=
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  if [ "$answer" != ok ]; then
+    echo "test.sh: no answer from the cluster (got '$answer'); its log:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+}
+
+echo "==> the README's quick start: ./scripts/dev.sh"
+quick_start=$(readme_line '^\./scripts/dev\.sh')
+bash -c "$quick_start" >"$check_dir/dev.log" 2>&1 &
+serves "$check_dir/dev.log" "${CARGO_TARGET_DIR:-target}/debug/wasmraft"
+
+# An optimised build from nothing takes about 22 minutes on two cores; a
+# rerun reuses target/release.
 echo "==> the README's install line: an optimised release build"
-install_line=$(grep -m1 '^scripts/setup.sh --no-etcdctl .*cargo install' README.md)
-install_root=$(mktemp -d)
-trap 'rm -rf "$install_root"' EXIT
-CARGO_INSTALL_ROOT="$install_root" CARGO_TARGET_DIR="$PWD/target" bash -ec "$install_line"
-wasmraft_installed="$install_root/bin/wasmraft"
-"$wasmraft_installed" dev --data-dir "$install_root/dev" >"$install_root/dev.log" 2>&1 &
-dev_pid=$!
-for _ in $(seq 1 200); do
-  "$wasmraft_installed" status --timeout 1s >/dev/null 2>&1 && break
-  sleep 0.3
-done
-"$wasmraft_installed" put install-check ok >/dev/null
-answer=$("$wasmraft_installed" get install-check)
-kill "$dev_pid"; wait "$dev_pid" || true
-if [ "$answer" != ok ]; then
-  echo "test.sh: the installed binary answered ${answer@Q} instead of 'ok'" >&2
-  cat "$install_root/dev.log" >&2
-  exit 1
-fi
-echo "installed $("$wasmraft_installed" --version): $(( $(stat -c %s "$wasmraft_installed") / 1048576 )) MiB, served a put and a get"
+install_line=$(readme_line '^scripts/setup.sh --no-etcdctl .*cargo install')
+CARGO_INSTALL_ROOT="$check_dir/root" CARGO_TARGET_DIR="$PWD/target" bash -ec "$install_line"
+installed="$check_dir/root/bin/wasmraft"
+"$installed" dev >"$check_dir/installed.log" 2>&1 &
+serves "$check_dir/installed.log" "$installed"
+echo "installed $("$installed" --version): $(( $(stat -c %s "$installed") / 1048576 )) MiB; both served a put and a get"

@@ -14,7 +14,8 @@
 //!
 //! Not run here, each tested elsewhere: the two set-up commands themselves
 //! (CI runs the test command; `scripts/dev.sh` builds with cargo, which
-//! cannot run inside `cargo test`), the plugin build (`cargo xtask plugins`
+//! cannot run inside `cargo test`: the test command runs it last, as
+//! written, and puts and gets through the cluster it starts), the plugin build (`cargo xtask plugins`
 //! builds the same module before the tests), `plugin new` (t71), and the
 //! `cargo install` line (a release build, which cannot run inside
 //! `cargo test` either: the test command runs it last, as written, and
