@@ -12,14 +12,13 @@
 //! the single node and the three-node script from their config files, then
 //! a fourth node joins and the membership commands run as written.
 //!
-//! Not run here, each tested elsewhere: the two set-up commands themselves
-//! (CI runs the test command; `scripts/dev.sh` builds with cargo, which
-//! cannot run inside `cargo test`: the test command runs it last, as
-//! written, and puts and gets through the cluster it starts), the plugin build (`cargo xtask plugins`
-//! builds the same module before the tests), `plugin new` (t71), and the
-//! `cargo install` line (a release build, which cannot run inside
-//! `cargo test` either: the test command runs it last, as written, and
-//! starts the binary it installs).
+//! Not run here, each run elsewhere: the two set-up commands (CI runs the
+//! test command, which ends by running `./scripts/dev.sh` and the
+//! `cargo install` line as written and putting and getting through the
+//! clusters they start: both build with cargo, which cannot run inside
+//! `cargo test`), and the plugin build (`cargo xtask plugins` runs the
+//! same cargo command, with `--locked`, before the tests). The README's
+//! `plugin new` runs here and its crate is removed (t71 builds one).
 
 mod cluster;
 
@@ -127,7 +126,18 @@ fn the_readme_walkthroughs_run_as_written() {
     for line in block_after(&readme, "Deploy a new plugin to a running cluster") {
         if !line.contains("plugin new") {
             run(&line);
+            continue;
         }
+        // It writes a crate into the checkout (t71 builds and runs one):
+        // checked, then removed.
+        let (command, _) = split_comment(&line);
+        let name = command.split_whitespace().nth(3).unwrap();
+        let crate_dir = root().join(name);
+        assert!(!crate_dir.exists(), "{} exists: the README's `plugin new` would not write over it", crate_dir.display());
+        run(&line);
+        let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+        std::fs::remove_dir_all(&crate_dir).unwrap();
+        assert!(manifest.contains("wasmraft-sdk") && manifest.contains("sdk/guest"), "{manifest}");
     }
 }
 
