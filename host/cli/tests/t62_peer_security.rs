@@ -648,6 +648,29 @@ async fn only_an_admin_certificate_may_administer() {
             "{args:?}: {err}"
         );
     }
+    // An etcd alarm change is an admin operation through wasmraft.v1 too: a
+    // client's NOSPACE alarm for the leader would stop every put.
+    {
+        use prost::Message as _;
+        use std::io::Write as _;
+        use wasmraft_proto::etcdserverpb::AlarmRequest;
+        use wasmraft_proto::kvplugin::{Request as KvPluginRequest, request::Request as KvRequest};
+        let raise = AlarmRequest { action: 1, member_id: leader, alarm: 1 };
+        let command = KvPluginRequest { request: Some(KvRequest::RequestAlarm(raise)) }.encode_to_vec();
+        let mut child = Command::new(BIN)
+            .args(["propose", "--stdin"])
+            .args(tls.flags("client"))
+            .env("WASMRAFT_ENDPOINTS", &endpoints)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&command).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("permission denied") && err.contains("alarm change"), "{err}");
+    }
     assert_eq!(terms_and_leader(&cluster).await, before, "nothing changed");
     let members = String::from_utf8(cluster.cli(&["members"]).stdout).unwrap();
     assert_eq!(

@@ -83,6 +83,11 @@ impl Client for ClientService {
         // does not lead (its hint was stale) answers "not the leader"
         // instead of passing it on, so two nodes never bounce it.
         let forwarded = crate::forward::is_forwarded(&request);
+        // An etcd alarm change is an admin operation, whichever API carries
+        // it (the KV plugin takes it as a command like any other).
+        if crate::etcd::is_alarm_change(&request.get_ref().command) {
+            self.forwarder.admins().require(&request, "an alarm change")?;
+        }
         let r = request.into_inner();
         match self
             .node

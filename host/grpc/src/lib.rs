@@ -114,6 +114,10 @@ pub async fn serve(
         );
     }
     let space = etcd::SpaceQuota::new(serving.etcd.quota_backend_bytes);
+    tokio::spawn(
+        etcd::watch_quota(serving.node.clone(), forwarder.clone(), space.clone(), shutdown.clone())
+            .instrument(tracing::info_span!("node", id)),
+    );
     let admin = AdminService::new(
         serving.node.clone(),
         forwarder.clone(),

@@ -167,11 +167,25 @@ impl LogReader for Storage {
         if lo >= hi {
             return Ok(Vec::new());
         }
-        self.entries_limited(lo, hi, max_bytes).map_err(to_raft)
+        let entries = self.entries_limited(lo, hi, max_bytes).map_err(to_raft)?;
+        // A compaction between the bounds check and the read leaves the
+        // read starting past `lo`, or with nothing.
+        if entries.first().map(|e| e.log_id.index) != Some(lo) {
+            return Err(if lo < self.bounds.lock().first {
+                wasmraft_raft::StorageError::Compacted
+            } else {
+                wasmraft_raft::StorageError::Unavailable
+            });
+        }
+        Ok(entries)
     }
 
     fn term(&self, index: Index) -> Result<Term, wasmraft_raft::StorageError> {
-        let b = *self.bounds.lock();
+        // The bounds stay locked for the lookup: a compaction (which holds
+        // them while it drops entries and their terms) cannot run between
+        // the bounds check and the term index.
+        let bounds = self.bounds.lock();
+        let b = *bounds;
         if index == b.before_first.index {
             return Ok(b.before_first.term);
         }
@@ -181,10 +195,9 @@ impl LogReader for Storage {
         if index > b.last {
             return Err(wasmraft_raft::StorageError::Unavailable);
         }
-        match self.terms.lock().term(index) {
-            Some(term) => Ok(term),
-            None => self.read_term(index).map_err(to_raft),
-        }
+        // Bounds, then terms: the order of `compact_to` and the install;
+        // `append` never holds both.
+        self.terms.lock().term(index).ok_or(wasmraft_raft::StorageError::Unavailable)
     }
 
     fn first_index(&self) -> Result<Index, wasmraft_raft::StorageError> {

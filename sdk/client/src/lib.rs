@@ -149,6 +149,9 @@ pub fn endpoint(addr: &str, tls: Option<&TlsConfig>) -> Result<Endpoint, ClientE
 
 /// A status's message and, for transport failures, their causes.
 fn status_text(status: &tonic::Status) -> String {
+    if status.code() == tonic::Code::PermissionDenied {
+        return format!("permission denied: {}", status.message());
+    }
     match std::error::Error::source(status) {
         Some(source) => format!("{}: {}", status.message(), error_chain(source)),
         None => status.message().to_string(),

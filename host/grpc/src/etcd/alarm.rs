@@ -61,14 +61,21 @@ impl SpaceQuota {
         }
     }
 
-    /// Before a write that adds data, on the member the client called: one
-    /// that finds its store past the quota raises its NOSPACE alarm through
-    /// the log and refuses the write, as etcd does for every such write.
+    /// Before a write that adds data, on the member the client called (and
+    /// on the leader it is forwarded to): one that finds its store past the
+    /// quota raises its NOSPACE alarm through the log and refuses the
+    /// write, as etcd does for every such write.
     pub(crate) async fn check_write(&self, node: &Node, forwarder: &Forwarder) -> Result<(), Status> {
-        let store_bytes = self.store_bytes(node);
-        if store_bytes <= self.quota {
+        if self.store_bytes(node) <= self.quota {
             return Ok(());
         }
+        self.raise(node, forwarder).await;
+        Err(Status::resource_exhausted(ERR_NO_SPACE))
+    }
+
+    /// Raises this member's NOSPACE alarm through the log.
+    async fn raise(&self, node: &Node, forwarder: &Forwarder) {
+        let store_bytes = self.store_bytes(node);
         let raise = AlarmRequest {
             action: AlarmAction::Activate as i32,
             member_id: node.id(),
@@ -85,8 +92,61 @@ impl SpaceQuota {
             }
             Err(e) => tracing::warn!(error = %e.message(), "the store is past its quota but the NOSPACE alarm could not be raised"),
         }
-        Err(Status::resource_exhausted(ERR_NO_SPACE))
     }
+}
+
+/// `kvplugin.Request.request_alarm`.
+const ALARM_FIELD: u32 = 19;
+
+/// How often each member compares its store with the quota by itself.
+const QUOTA_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Raises this member's NOSPACE alarm when its store grows past the quota
+/// without a write reaching it through etcd's API (a follower takes every
+/// write through the log; etcd checks at apply), until `stop`.
+pub(crate) async fn watch_quota(node: Node, forwarder: Forwarder, quota: SpaceQuota, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(QUOTA_CHECK_EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if super::require_kv(&node).is_err() || quota.store_bytes(&node) <= quota.quota {
+            continue;
+        }
+        let list = AlarmRequest { action: AlarmAction::Get as i32, ..Default::default() };
+        let raised = match super::plugin_query(&node, KvRequest::RequestAlarm(list)).await {
+            Ok(KvResponse::ResponseAlarm(a)) => {
+                a.alarms.iter().any(|m| m.member_id == node.id() && m.alarm == AlarmType::Nospace as i32)
+            }
+            _ => continue,
+        };
+        if !raised {
+            quota.raise(&node, &forwarder).await;
+        }
+    }
+}
+
+/// Whether a command for the KV plugin activates or deactivates an alarm.
+/// Every proposal is asked: the fields are skipped, not decoded (a put's
+/// value is not copied), unless the alarm's field is among them.
+pub(crate) fn is_alarm_change(command: &[u8]) -> bool {
+    use prost::encoding::{DecodeContext, decode_key, skip_field};
+    let mut buf = command;
+    let mut alarm_field = false;
+    while !buf.is_empty() && !alarm_field {
+        let Ok((tag, wire_type)) = decode_key(&mut buf) else { return false };
+        alarm_field = tag == ALARM_FIELD;
+        if skip_field(wire_type, tag, &mut buf, DecodeContext::default()).is_err() {
+            return false;
+        }
+    }
+    alarm_field
+        && matches!(
+        kvplugin::Request::decode(command).ok().and_then(|r| r.request),
+        Some(KvRequest::RequestAlarm(a)) if a.action != AlarmAction::Get as i32
+    )
 }
 
 /// Proposes an alarm change to the KV plugin: on a follower, through the
@@ -111,5 +171,31 @@ pub(crate) async fn propose_alarm(
     match kvplugin::Response::decode(answer.as_slice()).ok().and_then(|r| r.response) {
         Some(KvResponse::ResponseAlarm(alarms)) => Ok(alarms),
         _ => Err(Status::internal("etcdserver: the KV plugin gave a malformed answer")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(requests: &[KvRequest]) -> Vec<u8> {
+        // Concatenated messages merge; of a oneof, the last field wins.
+        requests.iter().flat_map(|r| kvplugin::Request { request: Some(r.clone()) }.encode_to_vec()).collect()
+    }
+
+    #[test]
+    fn alarm_changes_are_told_from_other_commands_as_the_plugin_decodes_them() {
+        use wasmraft_proto::etcdserverpb::PutRequest;
+        let alarm = |action: AlarmAction| {
+            KvRequest::RequestAlarm(AlarmRequest { action: action as i32, member_id: 1, alarm: AlarmType::Nospace as i32 })
+        };
+        let put = KvRequest::RequestPut(PutRequest { key: b"k".to_vec(), value: vec![7; 4096], ..Default::default() });
+        assert!(is_alarm_change(&command(&[alarm(AlarmAction::Activate)])));
+        assert!(is_alarm_change(&command(&[alarm(AlarmAction::Deactivate)])));
+        assert!(!is_alarm_change(&command(&[alarm(AlarmAction::Get)])));
+        assert!(!is_alarm_change(&command(std::slice::from_ref(&put))));
+        assert!(is_alarm_change(&command(&[put.clone(), alarm(AlarmAction::Activate)])), "an alarm after a put");
+        assert!(!is_alarm_change(&command(&[alarm(AlarmAction::Activate), put])), "a put after an alarm");
+        assert!(!is_alarm_change(b"add apples 3") && !is_alarm_change(&[]));
     }
 }

@@ -151,9 +151,9 @@ impl Kv for EtcdKv {
         // A put with a lease is refused by the KV plugin, which serves no
         // lease yet, with etcd's "etcdserver: requested lease not found"
         // (NOT_FOUND) after etcd's request checks, as etcd orders them.
-        if !was_forwarded {
-            self.space.check_write(&self.node, &self.forwarder).await?;
-        }
+        // Also on the leader for a forwarded put: the header that marks it
+        // is a client's to set.
+        self.space.check_write(&self.node, &self.forwarder).await?;
         let command = request_op(OP_PUT, &r);
         let answer = self.write(command, was_forwarded, |mut c| async move { c.put(forwarded(r)).await }).await?;
         answer!(&self.node, decoded(answer, decode)?, OpResponse::ResponsePut)
@@ -178,7 +178,7 @@ impl Kv for EtcdKv {
         let answer = if read_only(&r) {
             Ok(self.read(Op::RequestTxn(r), Consistency::Linearizable).await?)
         } else {
-            if puts(&r) && !was_forwarded {
+            if puts(&r) {
                 self.space.check_write(&self.node, &self.forwarder).await?;
             }
             let command = request_op(OP_TXN, &r);

@@ -77,7 +77,7 @@ impl Maintenance for EtcdMaintenance {
         let mut errors: Vec<String> = s.fatal.iter().chain(&s.divergence).cloned().collect();
         // etcd lists active alarms among a member's errors too.
         let alarms = AlarmRequest { action: AlarmAction::Get as i32, ..Default::default() };
-        if let KvResponse::ResponseAlarm(a) = plugin_query(&self.node, KvRequest::RequestAlarm(alarms)).await? {
+        if let Ok(KvResponse::ResponseAlarm(a)) = plugin_query(&self.node, KvRequest::RequestAlarm(alarms)).await {
             errors.extend(a.alarms.iter().map(|m| format!("memberID:{} alarm:{}", m.member_id, m.alarm().as_str_name())));
         }
         let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));

@@ -16,6 +16,7 @@ mod maintenance;
 mod watch;
 
 pub use alarm::SpaceQuota;
+pub(crate) use alarm::{is_alarm_change, watch_quota};
 pub use cluster::EtcdCluster;
 pub use compactor::{AutoCompaction, parse_duration};
 pub use kv::EtcdKv;
