@@ -31,7 +31,7 @@ cargo test --workspace --locked
 # put and a get.
 readme_line() { grep -m1 -- "$1" README.md | sed 's/  *#.*$//'; }
 check_dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$check_dir"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$check_dir"' EXIT
 # serves LOG WASMRAFT: waits for the cluster the last background job
 # started, then puts and gets through it, and stops the job.
 serves() {

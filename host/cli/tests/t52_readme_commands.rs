@@ -16,8 +16,8 @@
 //! test command, which ends by running `./scripts/dev.sh` and the
 //! `cargo install` line as written and putting and getting through the
 //! clusters they start: both build with cargo, which cannot run inside
-//! `cargo test`), and the plugin build (`cargo xtask plugins` runs the
-//! same cargo command, with `--locked`, before the tests). The README's
+//! `cargo test`), and `cargo xtask plugins` (the test command runs it
+//! before the tests). The README's
 //! `plugin new` runs here and its crate is removed (t71 builds one).
 
 mod cluster;
@@ -80,13 +80,18 @@ impl QuickStart {
         // The quick start's script ends by starting the cluster this way.
         let script = std::fs::read_to_string(root().join("scripts/dev.sh")).unwrap();
         assert!(script.trim_end().ends_with("/debug/wasmraft\" dev \"$@\""), "scripts/dev.sh changed:\n{script}");
+        QuickStart::start_with(&["dev"])
+    }
+
+    /// `wasmraft ARGS` from the repository root, on the quick start's ports.
+    fn start_with(args: &[&str]) -> QuickStart {
         for port in [7379, 7380, 7381, 7479, 7480, 7481] {
             assert!(
                 std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
                 "port {port} is taken: the README's commands need the quick start's ports (is a `wasmraft dev` running?)"
             );
         }
-        let child = Command::new(BIN).arg("dev").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let child = Command::new(BIN).args(args).current_dir(root()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
         let quick = QuickStart(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !Command::new(BIN).args(["status", "--timeout", "1s"]).output().unwrap().status.success() {
@@ -138,6 +143,25 @@ fn the_readme_walkthroughs_run_as_written() {
         let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
         std::fs::remove_dir_all(&crate_dir).unwrap();
         assert!(manifest.contains("wasmraft-sdk") && manifest.contains("sdk/guest"), "{manifest}");
+    }
+}
+
+/// The counter plugin's block: built by `cargo xtask plugins` (the test
+/// command's own line, before the tests), then run as written.
+#[test]
+fn the_counter_plugin_walkthrough_runs_as_written() {
+    let _serial = cluster::serial(); // the quick start's ports
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let block = block_after(&readme, "Build it (with every plugin of `plugins/`");
+    assert_eq!(block[0], "cargo xtask plugins", "{block:?}");
+    let test_sh = std::fs::read_to_string(root().join("scripts/test.sh")).unwrap();
+    assert!(test_sh.lines().any(|l| l.trim() == block[0]), "scripts/test.sh does not run {:?}", block[0]);
+    let (dev, _) = split_comment(&block[1]);
+    assert!(dev.starts_with("target/debug/wasmraft dev --plugin "), "{dev}");
+    let args: Vec<&str> = dev.split_whitespace().skip(1).collect();
+    let _cluster = QuickStart::start_with(&args);
+    for line in &block[2..] {
+        run(line);
     }
 }
 
