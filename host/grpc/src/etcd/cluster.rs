@@ -66,6 +66,17 @@ impl EtcdCluster {
         self.members().into_iter().find(|m| m.id == id)
     }
 
+    /// Member `id`, as of every change committed before this call: a
+    /// member just added through another node may not be in this node's
+    /// view yet, so a miss is checked again after a linearizable read.
+    async fn known_member(&self, id: u64) -> Result<Option<Member>, Status> {
+        if let Some(m) = self.member(id) {
+            return Ok(Some(m));
+        }
+        revision_at(&self.node, Consistency::Linearizable).await?;
+        Ok(self.member(id))
+    }
+
     async fn header(&self) -> Result<Option<ResponseHeader>, Status> {
         let revision = current_revision(&self.node).await?;
         Ok(header(&self.node, Some(ResponseHeader { revision, ..Default::default() })))
@@ -135,7 +146,14 @@ impl Cluster for EtcdCluster {
         }
         tracing::info!(id, address = %address, learner = r.is_learner, "member added through etcd's API");
         let member = Member { id, name: String::new(), peer_ur_ls: vec![url.clone()], client_ur_ls: Vec::new(), is_learner: r.is_learner };
-        Ok(Response::new(MemberAddResponse { header: self.header().await?, member: Some(member), members: self.members() }))
+        // The change is applied, but this node's view of the configuration
+        // (from its Raft loop) may lag it by a moment: the answer lists the
+        // new member either way, as etcd's does.
+        let mut members = self.members();
+        if !members.iter().any(|m| m.id == id) {
+            members.push(member.clone());
+        }
+        Ok(Response::new(MemberAddResponse { header: self.header().await?, member: Some(member), members }))
     }
 
     async fn member_remove(&self, request: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
@@ -143,7 +161,7 @@ impl Cluster for EtcdCluster {
         self.forwarder.admins().require(&request, "a membership change")?;
         let was_forwarded = is_forwarded(&request);
         let r = request.into_inner();
-        if self.member(r.id).is_none() {
+        if self.known_member(r.id).await?.is_none() {
             return Err(not_found());
         }
         if let Err(e) = self.node.remove_member(r.id).await {
@@ -153,7 +171,9 @@ impl Cluster for EtcdCluster {
             };
         }
         tracing::info!(id = r.id, "member removed through etcd's API");
-        Ok(Response::new(MemberRemoveResponse { header: self.header().await?, members: self.members() }))
+        let mut members = self.members();
+        members.retain(|m| m.id != r.id);
+        Ok(Response::new(MemberRemoveResponse { header: self.header().await?, members }))
     }
 
     async fn member_update(&self, request: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
@@ -161,7 +181,7 @@ impl Cluster for EtcdCluster {
         self.forwarder.admins().require(&request, "a membership change")?;
         let was_forwarded = is_forwarded(&request);
         let r = request.into_inner();
-        if self.member(r.id).is_none() {
+        if self.known_member(r.id).await?.is_none() {
             return Err(not_found());
         }
         let [url] = r.peer_ur_ls.as_slice() else {
@@ -194,7 +214,7 @@ impl Cluster for EtcdCluster {
         self.forwarder.admins().require(&request, "a membership change")?;
         let was_forwarded = is_forwarded(&request);
         let r = request.into_inner();
-        match self.member(r.id) {
+        match self.known_member(r.id).await? {
             None => return Err(not_found()),
             Some(m) if !m.is_learner => {
                 return Err(Status::failed_precondition("etcdserver: can only promote a learner member"));
