@@ -58,8 +58,8 @@ serves "$check_dir/dev.log" "${CARGO_TARGET_DIR:-target}/debug/wasmraft"
 # rerun reuses target/release.
 echo "==> the README's install line: an optimised release build"
 install_line=$(readme_line '^scripts/setup.sh --no-etcdctl .*cargo install')
-CARGO_INSTALL_ROOT="$check_dir/root" CARGO_TARGET_DIR="$PWD/target" bash -ec "$install_line"
-installed="$check_dir/root/bin/wasmraft"
+CARGO_INSTALL_ROOT="$check_dir/install" CARGO_TARGET_DIR="$PWD/target" bash -ec "$install_line"
+installed="$check_dir/install/bin/wasmraft"
 "$installed" dev >"$check_dir/installed.log" 2>&1 &
 serves "$check_dir/installed.log" "$installed"
 echo "installed $("$installed" --version): $(( $(stat -c %s "$installed") / 1048576 )) MiB; both served a put and a get"
