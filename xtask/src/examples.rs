@@ -75,25 +75,11 @@ fn run(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 fn build_c(root: &Path, src: &Path, work: &Path) -> anyhow::Result<Vec<u8>> {
-    use wit_bindgen_core::wit_parser::Resolve;
     eprintln!("building examples/plugins/c-ratelimit");
     // Bindings are generated, never committed: they always match wit/.
     let bindings = work.join("bindings");
-    let _ = std::fs::remove_dir_all(&bindings);
-    std::fs::create_dir_all(&bindings)?;
-    let mut resolve = Resolve::default();
-    let (pkg, _) = resolve.push_path(root.join("wit")).context("parsing wit/")?;
-    let world = resolve.select_world(&[pkg], Some("state-machine"))?;
-    let mut files = wit_bindgen_core::Files::default();
-    wit_bindgen_c::Opts::default().build().generate(&mut resolve, world, &mut files)?;
     let mut inputs = vec![src.join("ratelimit.c")];
-    for (name, contents) in files.iter() {
-        let path = bindings.join(name);
-        std::fs::write(&path, contents)?;
-        if name.ends_with(".c") || name.ends_with(".o") {
-            inputs.push(path);
-        }
-    }
+    inputs.extend(c_bindings(&root.join("wit"), &bindings)?);
     let module = work.join("ratelimit.core.wasm");
     let clang = std::env::var("WASMRAFT_CLANG").unwrap_or_else(|_| "clang-14".into());
     run(Command::new(&clang)
@@ -108,11 +94,43 @@ fn build_c(root: &Path, src: &Path, work: &Path) -> anyhow::Result<Vec<u8>> {
             "compiling with {clang} (scripts/setup.sh installs clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32)"
         )
     })?;
-    let module = std::fs::read(&module)?;
-    wit_component::ComponentEncoder::default()
-        .module(&module)
-        .and_then(|e| e.validate(true).encode())
-        .context("componentizing c-ratelimit")
+    componentize(&std::fs::read(&module)?).context("componentizing c-ratelimit")
+}
+
+/// `cargo xtask c-bindings WIT_DIR OUT_DIR`: the C bindings of the
+/// `state-machine` world, as `wit-bindgen c WIT_DIR --world state-machine
+/// --out-dir OUT_DIR` writes them. Returns the files to compile and link.
+pub fn c_bindings(wit: &Path, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    use wit_bindgen_core::wit_parser::Resolve;
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut resolve = Resolve::default();
+    let (pkg, _) = resolve.push_path(wit).with_context(|| format!("parsing {}", wit.display()))?;
+    let world = resolve.select_world(&[pkg], Some("state-machine"))?;
+    let mut files = wit_bindgen_core::Files::default();
+    wit_bindgen_c::Opts::default().build().generate(&mut resolve, world, &mut files)?;
+    let mut inputs = Vec::new();
+    for (name, contents) in files.iter() {
+        let path = out.join(name);
+        std::fs::write(&path, contents)?;
+        if name.ends_with(".c") || name.ends_with(".o") {
+            inputs.push(path);
+        }
+    }
+    Ok(inputs)
+}
+
+/// `cargo xtask componentize CORE OUT`: a core module with component-type
+/// sections (as the C bindings link in) made a component, as `wasm-tools
+/// component new CORE -o OUT` makes it.
+pub fn componentize_file(core: &Path, out: &Path) -> anyhow::Result<()> {
+    let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
+    let component = componentize(&module).with_context(|| format!("componentizing {}", core.display()))?;
+    std::fs::write(out, component).with_context(|| format!("writing {}", out.display()))
+}
+
+fn componentize(module: &[u8]) -> anyhow::Result<Vec<u8>> {
+    wit_component::ComponentEncoder::default().module(module).and_then(|e| e.validate(true).encode())
 }
 
 fn build_python(root: &Path, src: &Path, work: &Path, tools: &Path) -> anyhow::Result<Vec<u8>> {

@@ -1,5 +1,6 @@
 //! Project tasks. `cargo xtask examples` builds the plugins written in
-//! other languages (see `examples.rs`). `cargo xtask plugins [--update]`:
+//! other languages (see `examples.rs`); `c-bindings` and `componentize` are
+//! its two C steps, for C plugins of one's own. `cargo xtask plugins [--update]`:
 //!
 //! 1. builds every guest crate of `plugins/` for `wasm32-unknown-unknown`
 //!    (release profile of that workspace);
@@ -27,11 +28,21 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("plugins") => plugins(&root, args.iter().any(|a| a == "--update")),
         Some("examples") => examples::examples(&root),
+        Some("c-bindings") => match &args[1..] {
+            [wit, out] => examples::c_bindings(Path::new(wit), Path::new(out)).map(drop),
+            _ => bail!("usage: cargo xtask c-bindings WIT_DIR OUT_DIR"),
+        },
+        Some("componentize") => match &args[1..] {
+            [core, out] => examples::componentize_file(Path::new(core), Path::new(out)),
+            _ => bail!("usage: cargo xtask componentize CORE_WASM OUT_WASM"),
+        },
         Some("source-hash") => {
             println!("{}", source_hash(&root)?);
             Ok(())
         }
-        _ => bail!("usage: cargo xtask plugins [--update] | cargo xtask examples | cargo xtask source-hash"),
+        _ => bail!(
+            "usage: cargo xtask plugins [--update] | examples | c-bindings WIT_DIR OUT_DIR | componentize CORE OUT | source-hash"
+        ),
     }
 }
 

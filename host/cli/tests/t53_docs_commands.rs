@@ -8,9 +8,7 @@
 //!
 //! `every_docs_block_is_run_here` fails when a document gains a block no
 //! test here runs. Not run: the language guide's set-up lines, which are
-//! the test command's own (`scripts/test.sh`; checked to be), and its C
-//! recipe's `wit-bindgen` and `wasm-tools` lines (this project installs
-//! neither command line: `cargo xtask examples` uses their libraries).
+//! the test command's own (`scripts/test.sh`; checked to be).
 
 mod cluster;
 
@@ -145,7 +143,7 @@ const RUN_HERE: &[(&str, &str)] = &[
     ("plugin-platform.md", "wasmraft plugin deploy target/my_plugin.wasm"),
     ("security.md", "wasmraft status --cacert certs/ca.pem"),
     ("plugins-in-other-languages.md", "eval \"$(scripts/setup.sh)\""),
-    ("plugins-in-other-languages.md", "wit-bindgen c wit"),
+    ("plugins-in-other-languages.md", "cargo xtask c-bindings wit"),
     ("plugins-in-other-languages.md", "componentize-py -d wit"),
     ("plugins-in-other-languages.md", "componentize-qjs --wit wit"),
 ];
@@ -259,12 +257,9 @@ fn the_tls_client_commands_run_as_written() {
 }
 
 /// `docs/plugins-in-other-languages.md`: its set-up lines are the test
-/// command's own; its Python and JavaScript builds, and the C compile, run
-/// as written in a directory laid out as the lines expect, with the tools
-/// `scripts/setup.sh` installs. The C recipe's `wit-bindgen` and
-/// `wasm-tools` lines are not run (this project uses their libraries, not
-/// their command lines): the bindings come from `cargo xtask examples`,
-/// which the test command runs first.
+/// command's own; its C recipe runs as written from the repository's root
+/// (into `target/c/`), its Python and JavaScript builds in a directory laid
+/// out as their lines expect, with the tools `scripts/setup.sh` installs.
 #[test]
 fn the_language_guide_runs_as_written() {
     let guide = doc("plugins-in-other-languages.md");
@@ -293,19 +288,26 @@ fn the_language_guide_runs_as_written() {
         assert!(status.success(), "copying {from}");
     };
     copy("wit", "wit");
-    copy("examples/plugins/c-ratelimit/ratelimit.c", "ratelimit.c");
-    copy("plugins/target/examples/c-ratelimit/bindings", "bindings");
     copy("examples/plugins/python-poll/app.py", "examples/plugins/python-poll/app.py");
     copy("examples/plugins/js-leaderboard/leaderboard.js", "leaderboard.js");
 
     let c = &blocks[1];
-    assert!(c[0].starts_with("wit-bindgen c wit") && c[2].starts_with("wasm-tools component new"), "{c:?}");
-    run_with(dir, &c[1], &tool_dirs);
+    assert_eq!(c.len(), 3, "{c:?}");
+    let c_out = repo.join("target/c");
+    let _ = std::fs::remove_dir_all(&c_out);
+    for line in c {
+        run(&repo, line);
+    }
+    assert_eq!(&std::fs::read(c_out.join("core.wasm")).unwrap()[..8], b"\0asm\x01\0\0\0", "core.wasm");
+    let component = std::fs::read(c_out.join("c_ratelimit.wasm")).unwrap();
+    assert_eq!(&component[..8], b"\0asm\x0d\0\x01\0", "c_ratelimit.wasm");
+    // The very component `cargo xtask examples` builds, which t70 runs.
+    let example = std::fs::read(repo.join("plugins/target/components/c_ratelimit.wasm")).unwrap();
+    assert!(component == example, "the recipe's component differs from the example's");
     for (line, output) in [(&blocks[2][0], "python_poll.wasm"), (&blocks[3][0], "js_leaderboard.wasm")] {
         run_with(dir, line, &tool_dirs);
         let bytes = std::fs::read(dir.join(output)).unwrap();
         // A component (layer 1), not a core module.
         assert_eq!(&bytes[..8], b"\0asm\x0d\0\x01\0", "{output}");
     }
-    assert_eq!(&std::fs::read(dir.join("core.wasm")).unwrap()[..8], b"\0asm\x01\0\0\0", "core.wasm");
 }
