@@ -373,6 +373,9 @@ impl ApplyWorker {
             };
             outcomes.push(outcome);
             applied_at.push(at);
+            if let Some(stamp) = crate::timers::entry_stamp(e) {
+                records.log_time_ms = records.log_time_ms.max(Some(stamp));
+            }
             // Sweep at fixed indexes, by that entry's own leader timestamp, so
             // every replica sweeps the same sessions whatever its batching.
             if e.log_id.index.0 % SWEEP_EVERY == 0 {
@@ -387,8 +390,9 @@ impl ApplyWorker {
         match deploy {
             Some(prepared) => {
                 // A deploy is alone in its batch (`split_batches`); a session
-                // sweep may still fall on its index.
-                debug_assert!(records.is_empty());
+                // sweep may still fall on its index. (Its stamp is not kept
+                // as log time: the entries after it carry log time on.)
+                debug_assert!(records.membership.is_none() && records.addresses.is_empty());
                 self.switch_plugin(last, prepared, &changed)?
             }
             None => self

@@ -24,6 +24,14 @@ pub struct Envelope {
     pub command: Vec<u8>,
 }
 
+/// The timestamp of an encoded envelope, without decoding the rest.
+pub fn stamp(bytes: &[u8]) -> Option<u64> {
+    match bytes {
+        [VERSION, ts @ ..] if ts.len() >= HEADER - 1 => Some(u64::from_be_bytes(ts[..8].try_into().expect("8 bytes"))),
+        _ => None,
+    }
+}
+
 impl Envelope {
     /// The bytes stored in the log.
     pub fn encode(&self) -> Vec<u8> {

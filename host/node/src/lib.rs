@@ -33,6 +33,7 @@ mod sessions;
 mod simulation;
 mod state_machine;
 mod system;
+mod timers;
 mod transport;
 
 pub use config::{

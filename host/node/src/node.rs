@@ -428,7 +428,9 @@ impl Node {
             pending_reads: HashMap::new(),
             read_timeout: config.request_timeout,
             next_read_id: 0,
-            last_stamp_ms: 0,
+            stamp_clock: crate::timers::StampClock::new(
+                crate::timers::last_stamp_in_log(&storage).max(storage.log_time_ms()?.unwrap_or(0)),
+            ),
             received_snapshot: None,
             self_tx: raft_tx.clone(),
             max_catch_up_ticks: 4 * config.election_ticks,
@@ -830,11 +832,9 @@ impl Node {
                 plugin.info().name
             )));
         }
-        let timestamp_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        // The leader's Raft loop stamps it with log time.
         let applied = self
-            .propose_system(crate::system::SystemCommand::DeployPlugin { timestamp_ms, wasm })
+            .propose_system(crate::system::SystemCommand::DeployPlugin { timestamp_ms: 0, wasm })
             .await?;
         Ok((plugin.info().clone(), applied.index))
     }

@@ -17,6 +17,7 @@ use wasmraft_storage::{StagedSnapshot, Storage};
 
 use crate::apply::{ApplyPort, ApplyTask};
 use crate::envelope::Envelope;
+use crate::system::SystemCommand;
 use crate::error::Error;
 use crate::log_writer::{LogWrite, LogWriter};
 use crate::metrics::{CommitTimer, NodeMetrics, bump};
@@ -132,8 +133,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// How long a read waits for its round.
     pub read_timeout: Duration,
     pub next_read_id: u64,
-    /// The last timestamp stamped on a command: stamps never go backwards.
-    pub last_stamp_ms: u64,
+    /// Log time: stamps commands and deploys, never backwards in log order.
+    pub stamp_clock: crate::timers::StampClock,
     /// The data of the snapshot last received, until the core installs it.
     pub received_snapshot: Option<(LogId, StagedSnapshot)>,
     /// This loop's own inbox, for transport callbacks.
@@ -358,8 +359,12 @@ impl<T: Transport> RaftLoop<T> {
                     bump(if ok { &self.metrics.snapshots_sent_ok } else { &self.metrics.snapshots_sent_failed });
                     self.raw.report_snapshot(peer, ok);
                 }
-                LoopMsg::ProposeSystem { data, reply } => {
-                    let term = self.raw.status().term;
+                LoopMsg::ProposeSystem { mut data, reply } => {
+                    let (role, term) = self.raw.role_and_term();
+                    if role == Role::Leader {
+                        let stamp = self.stamp_clock.stamp(term.0, now, wall_ms);
+                        SystemCommand::restamp(&mut data, stamp);
+                    }
                     match self.raw.propose(vec![data]) {
                         Ok(range) => {
                             self.apply.send(ApplyTask::Await {
@@ -557,8 +562,10 @@ impl<T: Transport> RaftLoop<T> {
         if proposals.is_empty() {
             return;
         }
-        self.last_stamp_ms = self.last_stamp_ms.max(wall_ms);
-        let stamp = self.last_stamp_ms;
+        // A follower's proposals are refused by the core; stamping them
+        // would anchor a term this node does not lead.
+        let (role, term) = self.raw.role_and_term();
+        let stamp = if role == Role::Leader { self.stamp_clock.stamp(term.0, self.now, wall_ms) } else { 0 };
         let (commands, replies): (Vec<_>, Vec<_>) = proposals
             .into_iter()
             .map(|(command, client_id, sequence, reply)| {
@@ -574,7 +581,6 @@ impl<T: Transport> RaftLoop<T> {
                 )
             })
             .unzip();
-        let term = self.raw.status().term;
         match self.raw.propose(commands) {
             Ok(range) => {
                 self.commit_timer.proposed(range.end.0 - 1, self.now);
@@ -743,6 +749,7 @@ impl<T: Transport> RaftLoop<T> {
                 self.apply.install_snapshot(meta, data)?;
             }
             // Entries, a term or a vote: written off this thread.
+            self.stamp_clock.observe(&rd.entries, self.now);
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
                 let entries = rd.entries.len();

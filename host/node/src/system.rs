@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! [0x80][node id: u64 BE][address: UTF-8]     the address of a member
-//! [0x81][timestamp ms: u64 BE][plugin bytes]  deploy a plugin
+//! [0x81][timestamp ms: u64 BE][plugin bytes]  deploy a plugin (stamped by the leader's Raft loop)
 //! [0x82]                                      every replica hashes its keyspace here
 //! [0x83][index: u64 BE][sha256: 32 bytes]     the leader's keyspace hash at `index`
 //! ```
@@ -71,6 +71,26 @@ impl SystemCommand {
                 out.extend_from_slice(hash);
                 out
             }
+        }
+    }
+
+    /// The leader timestamp a system command carries (a deploy's).
+    pub(crate) fn stamp(bytes: &[u8]) -> Option<u64> {
+        match bytes {
+            [DEPLOY, ts @ ..] if ts.len() >= 8 => Some(u64::from_be_bytes(ts[..8].try_into().expect("8 bytes"))),
+            _ => None,
+        }
+    }
+
+    /// Sets the timestamp of an encoded command that carries one; whether
+    /// it did. The Raft loop stamps deploys with log time as it proposes them.
+    pub(crate) fn restamp(bytes: &mut [u8], stamp_ms: u64) -> bool {
+        match bytes {
+            [DEPLOY, ts @ ..] if ts.len() >= 8 => {
+                ts[..8].copy_from_slice(&stamp_ms.to_be_bytes());
+                true
+            }
+            _ => false,
         }
     }
 

@@ -263,6 +263,13 @@ impl<L: LogReader> RawNode<L> {
         self.raft.log.applied_to(index);
     }
 
+    /// This node's role and term, without the copies [`RawNode::status`]
+    /// makes of membership and progress.
+    #[must_use]
+    pub fn role_and_term(&self) -> (Role, Term) {
+        (self.raft.role, self.raft.term)
+    }
+
     /// This node's status.
     #[must_use]
     pub fn status(&self) -> Status {

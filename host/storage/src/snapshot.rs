@@ -25,8 +25,11 @@ pub(crate) fn address_key(id: u64) -> Vec<u8> {
 }
 
 /// Node records in `meta` that a snapshot carries as they are: the
-/// deployed plugin and member addresses.
-pub(crate) const SYSTEM_PREFIXES: [&[u8]; 2] = [b"plugin/", ADDRESS_PREFIX];
+/// deployed plugin, member addresses and log time.
+pub(crate) const SYSTEM_PREFIXES: [&[u8]; 3] = [b"plugin/", ADDRESS_PREFIX, KEY_LOG_TIME];
+
+/// Log time as of the applied index (`AppliedRecords::log_time_ms`).
+pub(crate) const KEY_LOG_TIME: &[u8] = b"log_time";
 
 /// A piece of a snapshot in transit, each list in key order. A snapshot is
 /// sent as a sequence of parts of about [`crate::SNAPSHOT_PART_BYTES`]: the

@@ -8,7 +8,7 @@ use wasmraft_raft::{LogId, Membership};
 use crate::codec;
 use crate::error::StorageError;
 use crate::rocks::{CF_META, CF_STATE, KEY_APPLIED, Storage};
-use crate::snapshot::{KEY_APPLIED_MEMBERSHIP, address_key};
+use crate::snapshot::{KEY_APPLIED_MEMBERSHIP, KEY_LOG_TIME, address_key};
 
 /// One write to the plugin keyspace: `value` `None` deletes.
 #[derive(Clone, Copy, Debug)]
@@ -29,12 +29,15 @@ pub struct AppliedRecords {
     pub membership: Option<Membership>,
     /// Member addresses the batch set, in entry order.
     pub addresses: Vec<(u64, String)>,
+    /// The highest leader timestamp among the batch's entries (log time),
+    /// kept so that log time survives a log compacted to nothing.
+    pub log_time_ms: Option<u64>,
 }
 
 impl AppliedRecords {
     /// Nothing but the keyspace changed.
     pub fn is_empty(&self) -> bool {
-        self.membership.is_none() && self.addresses.is_empty()
+        self.membership.is_none() && self.addresses.is_empty() && self.log_time_ms.is_none()
     }
 }
 
@@ -103,9 +106,24 @@ impl Storage {
         for (id, address) in &records.addresses {
             batch.put_cf(meta, address_key(*id), address.as_bytes());
         }
+        if let Some(ms) = records.log_time_ms {
+            batch.put_cf(meta, KEY_LOG_TIME, ms.to_be_bytes());
+        }
         batch.put_cf(meta, KEY_APPLIED, codec::encode_log_id(&applied));
         self.write(batch, &WriteOptions::default())?;
         Ok(())
+    }
+
+    /// The log time of the last applied batch that carried one (see
+    /// [`AppliedRecords::log_time_ms`]), from snapshots too.
+    pub fn log_time_ms(&self) -> Result<Option<u64>, StorageError> {
+        match self.db.get_cf(self.cf(CF_META), KEY_LOG_TIME)? {
+            None => Ok(None),
+            Some(v) => match <[u8; 8]>::try_from(v.as_slice()) {
+                Ok(b) => Ok(Some(u64::from_be_bytes(b))),
+                Err(_) => Err(StorageError::Corrupt { what: "log time", key: None, detail: format!("{} bytes, not 8", v.len()) }),
+            },
+        }
     }
 
     /// Every client-session record, by client id.

@@ -182,9 +182,9 @@ fn the_keyspace_hash_covers_sessions() {
     assert_ne!(a.state_hash().unwrap(), b.state_hash().unwrap(), "a session differs");
 }
 
-/// Membership and member addresses are replicated records: they move with
-/// the applied index in one write, and a snapshot taken at that index
-/// carries exactly them.
+/// Membership, member addresses and log time are replicated records: they
+/// move with the applied index in one write, and a snapshot taken at that
+/// index carries exactly them.
 #[test]
 fn membership_and_addresses_are_written_with_the_applied_index() {
     let dir = tempfile::tempdir().unwrap();
@@ -197,18 +197,21 @@ fn membership_and_addresses_are_written_with_the_applied_index() {
         let records = wasmraft_storage::AppliedRecords {
             membership: Some(joined.clone()),
             addresses: vec![(2, "127.0.0.1:7480".into())],
+            log_time_ms: Some(1_700_000_000_000),
         };
+        assert_eq!(s.log_time_ms().unwrap(), None);
         s.apply_with_records(LogId::new(1, 4), none, no_sessions, &records).unwrap();
         let meta = s.take_snapshot().unwrap();
         assert_eq!(meta.last, LogId::new(1, 4));
         assert_eq!(meta.membership, joined, "the snapshot carries the membership of its index");
         let data = s.snapshot_reader(meta.last.index).unwrap().read_all().unwrap();
-        assert_eq!(data.system.len(), 1, "the snapshot carries the address: {:?}", data.system);
+        assert_eq!(data.system.len(), 2, "the snapshot carries the address and log time: {:?}", data.system);
     }
     let s = open(dir.path());
     assert_eq!(s.applied().unwrap(), LogId::new(1, 4));
     assert_eq!(s.applied_membership().unwrap(), joined);
     assert_eq!(s.addresses().unwrap(), vec![(2, "127.0.0.1:7480".to_string())]);
+    assert_eq!(s.log_time_ms().unwrap(), Some(1_700_000_000_000));
 }
 
 /// The entry that deploys a plugin may also be where sessions are swept:

@@ -22,6 +22,7 @@ fn source(dir: &std::path::Path, keys: usize, value_len: usize) -> (Storage, Sna
     let records = AppliedRecords {
         membership: Some(Membership::new([NodeId(1), NodeId(2)])),
         addresses: vec![(2, "127.0.0.1:7480".into())],
+        log_time_ms: Some(1_700_000_000_123),
     };
     let sessions = [(5u64, Some(&b"session 5"[..])), (u64::MAX - 1, Some(&b"session high"[..]))];
     s.apply_with_records(LogId::new(3, 10), writes, sessions, &records).unwrap();
@@ -59,6 +60,7 @@ fn assert_installed(s: &Storage, from: &Storage, meta: &SnapshotMeta) {
     assert_eq!(s.consistent_reader().get(b"stale").unwrap(), None);
     assert_eq!(s.sessions().unwrap(), from.sessions().unwrap());
     assert_eq!(s.addresses().unwrap(), vec![(2, "127.0.0.1:7480".to_string())]);
+    assert_eq!(s.log_time_ms().unwrap(), Some(1_700_000_000_123), "log time travels with the snapshot");
     assert_eq!(s.state_hash().unwrap(), from.state_hash().unwrap(), "keyspace and sessions equal the leader's");
     // It can be sent on at once.
     let mut reader = s.snapshot_reader(meta.last.index).unwrap();
@@ -86,7 +88,7 @@ fn a_snapshot_travels_in_bounded_parts_and_installs_whole() {
     assert_eq!(all.state.len(), 3000);
     assert!(all.state.windows(2).all(|w| w[0].0 < w[1].0), "keys in order");
     assert_eq!(all.sessions.len(), 2);
-    assert_eq!(reader.pairs(), 3000 + 2 + 1);
+    assert_eq!(reader.pairs(), 3000 + 2 + 2, "keys, sessions, an address and log time");
 
     let dst = target(b.path());
     let staged = send(&src, &meta, &dst, u64::MAX).unwrap();

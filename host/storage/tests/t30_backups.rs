@@ -16,7 +16,7 @@ fn source(dir: &std::path::Path, keys: usize) -> Storage {
     s.bootstrap(&Membership::new([NodeId(1)])).unwrap();
     let keys: Vec<Vec<u8>> = (0..keys).map(|i| format!("key/{i:08}").into_bytes()).collect();
     let writes = keys.iter().map(|k| StateWrite { key: k, value: Some(&k[..]) });
-    let records = AppliedRecords { membership: None, addresses: vec![(2, "127.0.0.1:7480".into())] };
+    let records = AppliedRecords { membership: None, addresses: vec![(2, "127.0.0.1:7480".into())], log_time_ms: None };
     s.apply_with_records(LogId::new(3, 10), writes, [(5u64, Some(&b"session"[..]))], &records).unwrap();
     s
 }

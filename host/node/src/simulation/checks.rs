@@ -4,6 +4,8 @@
 //! - Election safety (Raft §5.2): at most one leader per term.
 //! - State-machine safety (§5.4.3): every node's committed entries are the
 //!   same at each index (read back from each node's own RocksDB log).
+//! - Log time never goes backwards: the leader stamps of committed entries
+//!   do not decrease with the index, whatever the nodes' wall clocks do.
 //! - No node fails but by an injected crash point; no node's keyspace
 //!   hash ever differs from its leader's (the node's own hash checks run
 //!   every 25 entries).
@@ -29,6 +31,8 @@ pub(super) struct Checks {
     committed: BTreeMap<u64, (u64, u64)>,
     /// Per node, the highest index compared so far.
     compared: BTreeMap<u64, u64>,
+    /// The leader stamp of each committed entry that carries one.
+    stamps: BTreeMap<u64, u64>,
 }
 
 impl Checks {
@@ -86,6 +90,9 @@ impl Checks {
             match self.committed.entry(e.log_id.index.0) {
                 Slot::Vacant(v) => {
                     v.insert(seen);
+                    if let Some(stamp) = crate::timers::entry_stamp(&e) {
+                        self.stamp_in_order(e.log_id.index.0, stamp)?;
+                    }
                 }
                 Slot::Occupied(o) if *o.get() != seen => {
                     return Err(format!(
@@ -99,6 +106,25 @@ impl Checks {
             }
         }
         self.compared.insert(id, to);
+        Ok(())
+    }
+}
+
+impl Checks {
+    /// Records the stamp of committed entry `index`; an error if an earlier
+    /// entry has a later stamp or a later entry an earlier one.
+    fn stamp_in_order(&mut self, index: u64, stamp: u64) -> Result<(), String> {
+        if let Some((&i, &s)) = self.stamps.range(..index).next_back() {
+            if s > stamp {
+                return Err(format!("log time went backwards: entry {i} is stamped {s}, entry {index} {stamp}"));
+            }
+        }
+        if let Some((&i, &s)) = self.stamps.range(index + 1..).next() {
+            if s < stamp {
+                return Err(format!("log time went backwards: entry {index} is stamped {stamp}, entry {i} {s}"));
+            }
+        }
+        self.stamps.insert(index, stamp);
         Ok(())
     }
 }

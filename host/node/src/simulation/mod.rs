@@ -12,7 +12,8 @@
 //! node, or set a crash point that fails its storage after its next few
 //! write batches (so that crashes land between any two writes: an append,
 //! an applied batch, a snapshot, a hash record); restart crashed nodes from
-//! their directories; let a node's apply worker lag behind its log; and
+//! their directories; let a node's apply worker lag behind its log; step a
+//! node's wall clock by up to 10 s (they start up to 300 ms apart); and
 //! give every running node a Raft loop turn. Clients put (tagged, retried
 //! until acknowledged) and read (ReadIndex and lease) a few shared keys,
 //! and an operator grows the cluster from three voters to four (the new
@@ -69,6 +70,7 @@ pub(crate) struct Stats {
     pub crash_points_hit: u64,
     pub restarts: u64,
     pub partitions: u64,
+    pub clock_steps: u64,
     pub messages: u64,
     pub dropped: u64,
     pub snapshots_delivered: u64,
@@ -95,6 +97,7 @@ impl Stats {
         self.crash_points_hit += o.crash_points_hit;
         self.restarts += o.restarts;
         self.partitions += o.partitions;
+        self.clock_steps += o.clock_steps;
         self.messages += o.messages;
         self.dropped += o.dropped;
         self.snapshots_delivered += o.snapshots_delivered;
@@ -131,6 +134,9 @@ struct Slot {
     config: NodeConfig,
     live: Option<Live>,
     down_until: u64,
+    /// How far this node's wall clock is off (skewed at start, stepped as a
+    /// fault), in ms.
+    wall_offset_ms: i64,
 }
 
 struct World {
@@ -174,6 +180,7 @@ impl World {
         let voters: Vec<u64> = (1..=FOUNDERS).collect();
         let base = Instant::now();
         let outbox = Outbox::default();
+        let mut rng = Rng::new(seed);
         let mut slots = BTreeMap::new();
         for id in 1..=NODES {
             let mut config = node_config(id, &voters, dir.path(), plugin_cache(), seed);
@@ -182,10 +189,12 @@ impl World {
                 config.bootstrap_voters.clear();
             }
             let live = Live::start(config.clone(), outbox.clone(), base)?;
-            slots.insert(id, Slot { config, live: Some(live), down_until: 0 });
+            // Wall clocks up to 300 ms apart.
+            let wall_offset_ms = rng.below(601) as i64 - 300;
+            slots.insert(id, Slot { config, live: Some(live), down_until: 0, wall_offset_ms });
         }
         Ok(World {
-            rng: Rng::new(seed),
+            rng,
             now: 0,
             base,
             slots,
@@ -239,6 +248,7 @@ impl World {
         let now = self.instant();
         let wall_ms = 1_700_000_000_000 + self.now;
         for id in ids {
+            let wall_ms = wall_ms.saturating_add_signed(self.slots[&id].wall_offset_ms);
             let stall = faults && self.rng.chance(0.02);
             let lag = self.rng.chance(0.3);
             let slow_disk = self.rng.chance(0.3);
@@ -292,6 +302,16 @@ impl World {
                     }
                 }
             }
+        }
+        if self.rng.chance(0.0005) {
+            // A wall clock steps by up to 10 s either way (NTP, an operator).
+            let id = *self.rng.pick(&ids);
+            let step = self.rng.below(20_001) as i64 - 10_000;
+            if let Some(slot) = self.slots.get_mut(&id) {
+                slot.wall_offset_ms += step;
+            }
+            self.stats.clock_steps += 1;
+            trace!(self, "node {id}'s wall clock steps {step} ms");
         }
         if self.rng.chance(0.001) {
             let id = *self.rng.pick(&ids);
