@@ -123,6 +123,9 @@ async fn info(a: StatusArgs) -> anyhow::Result<()> {
             "none"
         }
     );
+    // An older node says nothing: it runs 0.1.0 plugins only.
+    let contract = if r.contract.is_empty() { "0.1.0" } else { &r.contract };
+    println!("contract:    wasmraft:plugin@{contract}{}", if contract == "0.1.0" { "" } else { " (timers)" });
     Ok(())
 }
 

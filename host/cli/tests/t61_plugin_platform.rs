@@ -121,6 +121,33 @@ async fn deploys_reach_every_replica_at_one_index_and_keyspaces_agree() {
     assert!(cluster.log(down).contains("keyspace diverged from the leader's"), "no error in node {down}'s log");
 }
 
+/// A plugin built for `wasmraft:plugin@0.2.0` deploys once every member's
+/// host has shown it runs that contract (all of them here), and its timer
+/// record replicates like any write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_2_0_plugin_deploys_and_its_wake_up_replicates() {
+    let _serial = cluster::serial();
+    let cluster = Cluster::start(3).await;
+    let all = cluster.endpoints(0);
+    let out = ok(cli(&all, &["plugin", "deploy", "--force", component("fixture_timer").to_str().unwrap()]));
+    assert!(out.contains("deployed fixture-timer"), "{out}");
+    assert_eq!(ok(cli(&all, &["propose", "wake 1234"])).trim(), "ok");
+    for id in cluster.ids() {
+        let endpoint = vec![cluster.addr(id).to_string()];
+        let info = ok(cli(&endpoint, &["plugin", "info"]));
+        assert_eq!(info_field(&info, "contract"), "wasmraft:plugin@0.2.0 (timers)", "node {id}");
+        let mut wake = String::new();
+        for _ in 0..100 {
+            wake = ok(cli(&endpoint, &["query", "--consistency", "e", "timer"])).trim().to_string();
+            if wake == "1234" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(wake, "1234", "node {id}");
+    }
+}
+
 async fn inject(endpoint: &str, key: &[u8]) {
     use wasmraft_proto::v1::InjectDivergentWriteRequest;
     use wasmraft_proto::v1::admin_client::AdminClient;

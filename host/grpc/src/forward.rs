@@ -72,6 +72,11 @@ impl Forwarder {
         &self.admins
     }
 
+    /// What this node heard from its peers.
+    pub fn book(&self) -> &Arc<PeerBook> {
+        &self.book
+    }
+
     /// Whether this node's client and peer ports speak TLS.
     pub fn uses_tls(&self) -> bool {
         self.tls.is_some()

@@ -34,6 +34,14 @@ pub const CLIENT_ADDRESS: &str = "wasmraft-client-address";
 pub const REFUSAL: &str = "wasmraft-refusal";
 /// On a `not-a-member` refusal by a leader: the leader's term.
 pub const LEADER_TERM: &str = "wasmraft-leader-term";
+/// The `wasmraft:plugin` contract versions the sender's host runs, comma
+/// separated. A sender that says nothing (an older host) runs 0.1.0 only.
+pub const CONTRACTS: &str = "wasmraft-contracts";
+
+/// What [`CONTRACTS`] says of this host.
+fn own_contracts() -> String {
+    [wasmraft_node::CONTRACT_V1, wasmraft_node::CONTRACT_V2].join(",")
+}
 
 /// Why a peer stream or message was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +143,9 @@ pub struct PeerBook {
     pub own_peer_address: String,
     /// Peers' client addresses, as each advertised its own.
     pub client_addresses: RwLock<BTreeMap<u64, String>>,
+    /// The plugin contracts each peer's host runs, as it advertised them on
+    /// its streams to this node.
+    pub contracts: RwLock<BTreeMap<u64, String>>,
     /// Whether peers are authenticated (mutual TLS with the cluster CA):
     /// then any node of the cluster may speak, and only removed ids are
     /// refused; without, only members of the committed configuration.
@@ -165,7 +176,22 @@ impl PeerBook {
         if let Ok(v) = self.own_client_address.parse() {
             md.insert(CLIENT_ADDRESS, v);
         }
+        md.insert(CONTRACTS, own_contracts().parse().expect("ASCII"));
         md
+    }
+
+    /// The first of `members` (this node aside) whose host has not shown
+    /// that it runs plugins of `contract`: a host that could not load a
+    /// deployed plugin would refuse the deploy its peers apply, and diverge.
+    /// Only a leader hears from every member.
+    pub fn lacking_contract(&self, members: impl IntoIterator<Item = u64>, me: u64, contract: &str) -> Option<u64> {
+        if contract == wasmraft_node::CONTRACT_V1 {
+            return None;
+        }
+        let known = self.contracts.read();
+        members.into_iter().filter(|&id| id != me).find(|id| {
+            !known.get(id).is_some_and(|list| list.split(',').any(|c| c == contract))
+        })
     }
 
     /// Checks a peer stream's metadata for `node`; returns the sender's id.
@@ -228,6 +254,10 @@ impl PeerBook {
             }
         }
         self.check_member(node, from)?;
+        let contracts = text(CONTRACTS).filter(|c| c.len() < 256).unwrap_or_default();
+        if self.contracts.read().get(&from) != Some(&contracts) {
+            self.contracts.write().insert(from, contracts);
+        }
         if let Some(address) = text(CLIENT_ADDRESS).filter(|a| !a.is_empty() && a.len() < 256) {
             let mut book = self.client_addresses.write();
             if book.get(&from) != Some(&address) {
@@ -276,5 +306,27 @@ impl PeerBook {
             .metadata_mut()
             .insert(REFUSAL, refusal.name().parse().expect("ascii"));
         status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_contract_past_0_1_0_needs_every_other_member_to_have_shown_it() {
+        let book = PeerBook::new(String::new(), String::new(), false);
+        let v2 = wasmraft_node::CONTRACT_V2;
+        // Nothing heard: only 0.1.0 plugins may go.
+        assert_eq!(book.lacking_contract([1, 2, 3], 1, wasmraft_node::CONTRACT_V1), None);
+        assert_eq!(book.lacking_contract([1, 2, 3], 1, v2), Some(2));
+        // Node 2 runs this host; node 3 is older and says nothing.
+        book.contracts.write().insert(2, own_contracts());
+        book.contracts.write().insert(3, String::new());
+        assert_eq!(book.lacking_contract([1, 2, 3], 1, v2), Some(3));
+        book.contracts.write().insert(3, "0.1.0,0.2.0".into());
+        assert_eq!(book.lacking_contract([1, 2, 3], 1, v2), None);
+        assert_eq!(book.lacking_contract([1, 2, 3, 4], 1, v2), Some(4), "a member never heard from");
+        assert_eq!(book.lacking_contract([1, 2, 3], 1, "0.20.0"), Some(2), "versions match whole");
     }
 }

@@ -51,7 +51,25 @@ impl Plugins for PluginService {
         self.addresses.admins().require(&r, "plugin deploy")?;
         let forwarded = crate::forward::is_forwarded(&r);
         let r = r.into_inner();
-        match self.node.deploy_plugin_checked(r.wasm.clone(), r.force).await {
+        let (node, book) = (self.node.clone(), self.addresses.book().clone());
+        let every_host_runs_it = move |plugin: &wasmraft_node::PluginInfo| {
+            let status = node.status();
+            // A follower forwards the deploy; the leader, which hears from
+            // every member, checks.
+            if status.role != wasmraft_node::Role::Leader {
+                return Ok(());
+            }
+            let members = status.membership.members().into_iter().map(|id| id.0);
+            match book.lacking_contract(members, node.id(), &plugin.contract) {
+                None => Ok(()),
+                Some(id) => Err(Error::Rejected(format!(
+                    "node {id} has not shown that it runs wasmraft:plugin@{} plugins (an older wasmraft, or not heard from \
+                     yet); it could not apply this deploy: upgrade every node, then deploy",
+                    plugin.contract
+                ))),
+            }
+        };
+        match self.node.deploy_plugin_where(r.wasm.clone(), r.force, every_host_runs_it).await {
             Ok((plugin, deployed_at)) => Ok(Response::new(DeployResponse {
                 plugin: Some(info(plugin)),
                 deployed_at,
@@ -71,6 +89,7 @@ impl Plugins for PluginService {
         Ok(Response::new(PluginInfoResponse {
             migrates: plugin.migrates,
             wasi: plugin.wasi,
+            contract: plugin.contract.clone(),
             plugin: Some(info(plugin)),
             deployed_at,
         }))

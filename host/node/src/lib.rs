@@ -50,6 +50,6 @@ pub use node::{Applied, Consistency, Members, Node, NodeStatus, Worker, format_c
 pub use state_machine::{QueryHandler, StateMachine};
 pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};
 pub use wasmraft_raft::{Membership, NodeId, Role};
-pub use wasmraft_runtime::{EntryEvent, PluginConfig, PluginInfo};
+pub use wasmraft_runtime::{CONTRACT_V1, CONTRACT_V2, EntryEvent, PluginConfig, PluginInfo};
 pub use wasmraft_storage::DeployedPlugin;
 pub use wasmraft_storage::{SNAPSHOT_PART_BYTES, SnapshotPart, SnapshotReader, SnapshotStaging, StagedSnapshot, StorageError};

@@ -815,6 +815,18 @@ impl Node {
     /// the running one's unless `replace_other` (it would take over a
     /// keyspace another plugin wrote: a mistake far more often than not).
     pub async fn deploy_plugin_checked(&self, wasm: Vec<u8>, replace_other: bool) -> Result<(PluginInfo, u64), Error> {
+        self.deploy_plugin_where(wasm, replace_other, |_| Ok(())).await
+    }
+
+    /// [`Node::deploy_plugin_checked`], once `check` accepts the loaded
+    /// plugin (the gRPC service checks that every member's host can run
+    /// its contract).
+    pub async fn deploy_plugin_where(
+        &self,
+        wasm: Vec<u8>,
+        replace_other: bool,
+        check: impl FnOnce(&PluginInfo) -> Result<(), Error>,
+    ) -> Result<(PluginInfo, u64), Error> {
         let plugin = {
             let loader = self.inner.loader.clone();
             let bytes = wasm.clone();
@@ -832,6 +844,7 @@ impl Node {
                 plugin.info().name
             )));
         }
+        check(plugin.info())?;
         // The leader's Raft loop stamps it with log time.
         let applied = self
             .propose_system(crate::system::SystemCommand::DeployPlugin { timestamp_ms: 0, wasm })

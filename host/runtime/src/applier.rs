@@ -3,12 +3,12 @@ use std::sync::Arc;
 use wasmtime::Store;
 use wasmtime::component::Instance;
 
-use crate::bindings::StateMachine;
-use crate::bindings::wasmraft::plugin::types as wit;
+use crate::contract::{Bound, TickInput, wit};
 use crate::ctx::{CallFailure, PluginCtx, classify};
 use crate::error::{EntryError, Fatal};
 use crate::overlay::Write;
 use crate::plugin::{MigrateParams, MigrateResults, Plugin, PluginInfo};
+use crate::timer::TimerRecord;
 use crate::view::{EmptyView, StateView};
 
 /// A committed entry to apply.
@@ -52,6 +52,27 @@ pub struct ApplyBatch {
 
 type WitOutcome = Result<wit::Applied, wit::ApplyError>;
 
+/// The result of applying a tick: store `writes` with the tick's index, then
+/// answer the keep-alives and publish `events`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TickBatch {
+    /// The log time the tick ran at (the timer record's clock from now on).
+    pub now_ms: u64,
+    /// Whether the plugin's `tick` was called (its wake-up was due, or
+    /// keep-alives were carried).
+    pub ran: bool,
+    /// Why the plugin's `tick` failed, if it did: its writes were dropped.
+    pub failed: Option<EntryError>,
+    /// One answer per keep-alive, in order.
+    pub renewed: Vec<Result<Vec<u8>, EntryError>>,
+    /// The net writes, sorted by key: the plugin's, and the timer record.
+    pub writes: Vec<Write>,
+    /// Events of the tick.
+    pub events: Vec<EntryEvent>,
+    /// Fuel the plugin burned.
+    pub fuel_used: u64,
+}
+
 /// Applies committed entries. Owned by the apply thread: calls are
 /// sequential.
 ///
@@ -63,7 +84,7 @@ type WitOutcome = Result<wit::Applied, wit::ApplyError>;
 pub struct Applier {
     plugin: Arc<Plugin>,
     store: Store<PluginCtx>,
-    instance: StateMachine,
+    instance: Bound,
     raw: Instance,
     /// The instance has run a call (or trapped): replace it before the next.
     used: bool,
@@ -111,15 +132,7 @@ impl Applier {
     }
 
     fn apply_with_view(&mut self, entries: &[EntryInput]) -> Result<ApplyBatch, Fatal> {
-        let inputs: Vec<wit::Entry> = entries
-            .iter()
-            .map(|e| wit::Entry {
-                index: e.index,
-                term: e.term,
-                timestamp_ms: e.timestamp_ms,
-                command: e.command.clone(),
-            })
-            .collect();
+        let inputs = entries;
         // A plugin with WASI reads the entry's clock, which is per call:
         // it gets one entry per call.
         if inputs.len() > 1 && !self.plugin.info().wasi {
@@ -169,7 +182,7 @@ impl Applier {
 
     /// One `apply` call with a fresh fuel budget. `Ok(Err(trap))` is a guest
     /// fault (the instance is replaced before the next call).
-    fn call(&mut self, entries: &[wit::Entry]) -> Result<Result<Vec<WitOutcome>, String>, Fatal> {
+    fn call(&mut self, entries: &[EntryInput]) -> Result<Result<Vec<WitOutcome>, String>, Fatal> {
         self.renew_if_used()?;
         self.used = true;
         self.plugin.reset_fuel(&mut self.store);
@@ -198,6 +211,86 @@ impl Applier {
                 }
             }
         }
+    }
+
+    /// Applies a tick entry over `view`. The timer record's clock becomes
+    /// `max(tick.now_ms, clock)`: the log time the plugin sees, never lower
+    /// than a past tick's. The plugin's `tick` runs only if its wake-up is
+    /// due by then or keep-alives are carried; like an entry, an error or
+    /// trap leaves no write of the plugin's. A 0.1.0 plugin has no `tick`:
+    /// nothing is written and every keep-alive is refused.
+    pub fn tick(&mut self, view: Arc<dyn StateView>, tick: &TickInput) -> Result<TickBatch, Fatal> {
+        self.store.data_mut().view = view;
+        self.store.data_mut().overlay.clear();
+        self.fuel_used = 0;
+        let result = self.tick_with_view(tick);
+        self.store.data_mut().overlay.clear();
+        self.store.data_mut().view = Arc::new(EmptyView);
+        result
+    }
+
+    fn tick_with_view(&mut self, tick: &TickInput) -> Result<TickBatch, Fatal> {
+        let refuse_all = |why: EntryError| tick.renewals.iter().map(|_| Err(why.clone())).collect();
+        if self.plugin.info().contract == crate::CONTRACT_V1 {
+            let why = EntryError::Rejected("the plugin has no timers (wasmraft:plugin@0.1.0)".into());
+            return Ok(TickBatch { ran: false, failed: None, renewed: refuse_all(why), ..Default::default() });
+        }
+        let ctx = self.store.data();
+        let record = TimerRecord::read(ctx.view.as_ref()).map_err(|e| Fatal(format!("reading the timer record: {}", e.0)))?;
+        let record = record.unwrap_or_default();
+        let now_ms = tick.now_ms.max(record.clock_ms);
+        let due = record.wake_at_ms.is_some_and(|at| at <= now_ms) || !tick.renewals.is_empty();
+        let mut batch = TickBatch { now_ms, ..Default::default() };
+        if due {
+            self.renew_if_used()?;
+            self.used = true;
+            self.plugin.reset_fuel(&mut self.store);
+            self.store.data_mut().last_panic = None;
+            self.store.data().env.enter(tick.index, tick.term, now_ms);
+            let (instance, store) = (&self.instance, &mut self.store);
+            let result = catch_engine_panic(|| instance.call_tick(&mut *store, tick, now_ms).expect("a 0.2.0 plugin"))?;
+            let left = self.store.get_fuel().unwrap_or(0);
+            self.fuel_used += self.plugin.fuel_per_entry().saturating_sub(left);
+            self.store.data().env.reset();
+            let failure = match self.settle(result)? {
+                Ok(Ok(ticked)) if ticked.renewed.len() == tick.renewals.len() => {
+                    batch.renewed = ticked.renewed.into_iter().map(|r| r.map_err(to_entry_error)).collect();
+                    batch.events = ticked
+                        .events
+                        .into_iter()
+                        .map(|e| EntryEvent { index: tick.index, key: e.key, payload: e.payload })
+                        .collect();
+                    None
+                }
+                Ok(Ok(ticked)) => Some(EntryError::Trap(format!(
+                    "tick answered {} renewals of {}",
+                    ticked.renewed.len(),
+                    tick.renewals.len()
+                ))),
+                Ok(Err(e)) => Some(to_entry_error(e)),
+                Err(trap) => Some(EntryError::Trap(trap)),
+            };
+            let overlay = &mut self.store.data_mut().overlay;
+            if let Some(why) = failure {
+                overlay.rollback_entry();
+                batch.renewed = refuse_all(why.clone());
+                batch.failed = Some(why);
+            } else {
+                overlay.commit_entry();
+            }
+            batch.ran = true;
+        }
+        // The host's own write, whatever the plugin did: the clock moves on.
+        let ctx = self.store.data_mut();
+        let after = match ctx.overlay.get(ctx.view.as_ref(), crate::TIMER_KEY).map_err(|e| Fatal(e.0))? {
+            Some(bytes) => TimerRecord::decode(&bytes).map_err(|e| Fatal(format!("the timer record is corrupt: {e}")))?,
+            None => TimerRecord::default(),
+        };
+        ctx.write_timer_record(&TimerRecord { clock_ms: now_ms, ..after });
+        ctx.overlay.commit_entry();
+        batch.writes = ctx.overlay.take_writes();
+        batch.fuel_used = std::mem::take(&mut self.fuel_used);
+        Ok(batch)
     }
 
     /// Makes the fresh instance the next call needs now, so that the next

@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use wasmtime::ResourceLimiter;
 
-use crate::bindings::wasmraft::plugin::{log, store, types};
+use crate::bindings::v1::wasmraft::plugin::{log, store, types};
+use crate::bindings::v2::wasmraft::plugin as v2;
 use crate::overlay::Overlay;
+use crate::timer::{TIMER_KEY, TimerRecord, in_range};
 use crate::wasi::{EntryEnv, WasiState};
 use crate::view::{EmptyView, StateView};
 
@@ -76,6 +78,30 @@ impl PluginCtx {
         Ok(())
     }
 
+    fn check_not_reserved(&self, key: &[u8]) -> wasmtime::Result<()> {
+        if key == TIMER_KEY {
+            return Err(GuestFault(format!(
+                "the key {:?} is the host's timer record; use the timer interface",
+                String::from_utf8_lossy(key)
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The timer record as this entry sees it (its own writes included).
+    fn timer_record(&self) -> wasmtime::Result<TimerRecord> {
+        match self.overlay.get(self.view.as_ref(), TIMER_KEY).map_err(fatal)? {
+            None => Ok(TimerRecord::default()),
+            Some(bytes) => TimerRecord::decode(&bytes).map_err(|e| HostFatal(format!("the timer record is corrupt: {e}")).into()),
+        }
+    }
+
+    /// Writes the timer record through the overlay, as an entry's write.
+    pub(crate) fn write_timer_record(&mut self, record: &TimerRecord) {
+        self.overlay.write(TIMER_KEY.to_vec(), Some(record.encode()));
+    }
+
     fn check_writable(&self, what: &str) -> wasmtime::Result<()> {
         if self.read_only {
             return Err(GuestFault(format!("store.{what} called during a query; queries are read-only")).into());
@@ -97,12 +123,16 @@ impl types::Host for PluginCtx {}
 impl store::Host for PluginCtx {
     fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
         self.check_key(&key)?;
+        if key == TIMER_KEY {
+            return Ok(None);
+        }
         self.overlay.get(self.view.as_ref(), &key).map_err(fatal)
     }
 
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
         self.check_writable("put")?;
         self.check_key(&key)?;
+        self.check_not_reserved(&key)?;
         if value.len() > self.max_value {
             return Err(GuestFault(format!(
                 "value of {} bytes exceeds the limit of {}",
@@ -118,6 +148,7 @@ impl store::Host for PluginCtx {
     fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
         self.check_writable("delete")?;
         self.check_key(&key)?;
+        self.check_not_reserved(&key)?;
         self.overlay.write(key, None);
         Ok(())
     }
@@ -129,13 +160,27 @@ impl store::Host for PluginCtx {
         limit: u32,
         reverse: bool,
     ) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.overlay
-            .scan(self.view.as_ref(), &start, end_bound(&end), limit as usize, reverse)
-            .map_err(fatal)
+        if !in_range(&start, &end) {
+            return self
+                .overlay
+                .scan(self.view.as_ref(), &start, end_bound(&end), limit as usize, reverse)
+                .map_err(fatal);
+        }
+        // One more pair, in case the timer record is among them.
+        let asked = if limit == 0 { 0 } else { limit as usize + 1 };
+        let mut pairs =
+            self.overlay.scan(self.view.as_ref(), &start, end_bound(&end), asked, reverse).map_err(fatal)?;
+        pairs.retain(|(k, _)| k != TIMER_KEY);
+        if limit != 0 {
+            pairs.truncate(limit as usize);
+        }
+        Ok(pairs)
     }
 
     fn count(&mut self, start: Vec<u8>, end: Vec<u8>) -> wasmtime::Result<u64> {
-        self.overlay.count(self.view.as_ref(), &start, end_bound(&end)).map_err(fatal)
+        let n = self.overlay.count(self.view.as_ref(), &start, end_bound(&end)).map_err(fatal)?;
+        let hidden = in_range(&start, &end) && self.overlay.get(self.view.as_ref(), TIMER_KEY).map_err(fatal)?.is_some();
+        Ok(n - u64::from(hidden))
     }
 }
 
@@ -154,6 +199,57 @@ impl log::Host for PluginCtx {
             }
         }
         Ok(())
+    }
+}
+
+// 0.2.0's imports: the same store and log, and the timer.
+
+impl v2::types::Host for PluginCtx {}
+
+impl v2::store::Host for PluginCtx {
+    fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        store::Host::get(self, key)
+    }
+
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        store::Host::put(self, key, value)
+    }
+
+    fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        store::Host::delete(self, key)
+    }
+
+    fn scan(&mut self, start: Vec<u8>, end: Vec<u8>, limit: u32, reverse: bool) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        store::Host::scan(self, start, end, limit, reverse)
+    }
+
+    fn count(&mut self, start: Vec<u8>, end: Vec<u8>) -> wasmtime::Result<u64> {
+        store::Host::count(self, start, end)
+    }
+}
+
+impl v2::log::Host for PluginCtx {
+    fn write(&mut self, level: v2::log::Level, message: String) -> wasmtime::Result<()> {
+        let level = match level {
+            v2::log::Level::Debug => log::Level::Debug,
+            v2::log::Level::Info => log::Level::Info,
+            v2::log::Level::Warn => log::Level::Warn,
+            v2::log::Level::Error => log::Level::Error,
+        };
+        log::Host::write(self, level, message)
+    }
+}
+
+impl v2::timer::Host for PluginCtx {
+    fn set(&mut self, at_ms: Option<u64>) -> wasmtime::Result<()> {
+        self.check_writable("timer.set")?;
+        let record = TimerRecord { wake_at_ms: at_ms, ..self.timer_record()? };
+        self.write_timer_record(&record);
+        Ok(())
+    }
+
+    fn get(&mut self) -> wasmtime::Result<Option<u64>> {
+        Ok(self.timer_record()?.wake_at_ms)
     }
 }
 

@@ -34,28 +34,41 @@
 mod applier;
 mod cache;
 mod config;
+mod contract;
 mod ctx;
 mod engine;
 mod error;
 mod overlay;
 mod plugin;
 mod query;
+mod timer;
 mod view;
 mod wasi;
 
-pub use applier::{ApplyBatch, Applier, EntryEvent, EntryInput};
+pub use applier::{ApplyBatch, Applier, EntryEvent, EntryInput, TickBatch};
 pub use config::PluginConfig;
+pub use contract::{CONTRACT_V1, CONTRACT_V2, TickInput};
 pub use engine::PluginEngine;
 pub use error::{EntryError, Fatal, PluginError, QueryError};
 pub use overlay::Write;
 pub use plugin::{Plugin, PluginInfo};
 pub use query::QueryPool;
+pub use timer::{TIMER_KEY, TimerRecord};
 pub use view::{EmptyView, MemoryView, StateError, StateView};
 
 mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../../wit",
-        world: "state-machine",
-        imports: { default: trappable },
-    });
+    pub mod v1 {
+        wasmtime::component::bindgen!({
+            path: "../../wit/state-machine.wit",
+            world: "state-machine",
+            imports: { default: trappable },
+        });
+    }
+    pub mod v2 {
+        wasmtime::component::bindgen!({
+            path: "../../wit/v0.2.0/state-machine.wit",
+            world: "state-machine",
+            imports: { default: trappable },
+        });
+    }
 }

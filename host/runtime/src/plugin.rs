@@ -4,10 +4,10 @@ use sha2::{Digest, Sha256};
 use wasmtime::Store;
 use std::path::Path;
 
-use wasmtime::component::{Component, ComponentExportIndex, HasSelf, Instance, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, Instance, Linker};
 
-use crate::bindings::{StateMachine, StateMachinePre};
 use crate::cache::CompiledCache;
+use crate::contract::{Bound, Pre};
 use crate::ctx::{CallFailure, PluginCtx, classify};
 use crate::engine::PluginEngine;
 use crate::error::PluginError;
@@ -27,12 +27,15 @@ pub struct PluginInfo {
     pub migrates: bool,
     /// It imports WASI, so it runs with the host's deterministic WASI.
     pub wasi: bool,
+    /// The `wasmraft:plugin` contract version it was built for
+    /// ([`crate::CONTRACT_V1`] or [`crate::CONTRACT_V2`], which has timers).
+    pub contract: String,
 }
 
 /// A validated, compiled plugin, ready to instantiate. Share it with `Arc`.
 pub struct Plugin {
     pub(crate) engine: PluginEngine,
-    pre: StateMachinePre<PluginCtx>,
+    pre: Pre,
     /// `wasmraft:plugin/upgrade#migrate`, if exported.
     pub(crate) migrate: Option<ComponentExportIndex>,
     info: PluginInfo,
@@ -81,17 +84,18 @@ impl Plugin {
         };
         let wasi = crate::wasi::imports_wasi(&component);
         let mut linker = Linker::<PluginCtx>::new(&engine.engine);
-        StateMachine::add_to_linker::<PluginCtx, HasSelf<PluginCtx>>(&mut linker, |c| c)
-            .map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        crate::contract::add_to_linker(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         if wasi {
             wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         }
         let pre = linker
             .instantiate_pre(&component)
             .map_err(|e| PluginError::Incompatible(format!("{e:#}")))?;
-        let pre = StateMachinePre::new(pre).map_err(|e| PluginError::Incompatible(format!("{e:#}")))?;
-        let migrate = component
-            .get_export_index(None, UPGRADE_INTERFACE)
+        let pre = Pre::new(pre)?;
+        let contract = pre.contract().to_string();
+        let migrate = UPGRADE_INTERFACES
+            .iter()
+            .find_map(|name| component.get_export_index(None, name))
             .and_then(|upgrade| component.get_export_index(Some(&upgrade), "migrate"));
 
         let mut plugin = Plugin {
@@ -105,6 +109,7 @@ impl Plugin {
                 sha256,
                 migrates: migrate.is_some(),
                 wasi,
+                contract,
             },
             name: Arc::from("plugin"),
         };
@@ -113,7 +118,7 @@ impl Plugin {
         })?;
         if let Some(index) = &plugin.migrate {
             raw.get_typed_func::<MigrateParams, MigrateResults>(&mut store, index).map_err(|e| {
-                PluginError::Incompatible(format!("{UPGRADE_INTERFACE}#migrate has the wrong type: {e:#}"))
+                PluginError::Incompatible(format!("the upgrade interface's migrate has the wrong type: {e:#}"))
             })?;
         }
         plugin.reset_fuel(&mut store);
@@ -132,14 +137,13 @@ impl Plugin {
 
     /// A fresh instance with its own store. Instantiation sees the WASI
     /// of no entry (clock 0), so that it is the same whenever it happens.
-    pub(crate) fn instantiate(&self, read_only: bool) -> Result<(Store<PluginCtx>, StateMachine, Instance), CallFailure> {
+    pub(crate) fn instantiate(&self, read_only: bool) -> Result<(Store<PluginCtx>, Bound, Instance), CallFailure> {
         let ctx = PluginCtx::new(self.name.clone(), &self.engine.config, read_only, self.info.wasi);
         ctx.env.reset();
         let mut store = Store::new(&self.engine.engine, ctx);
         store.limiter(|c| &mut c.limiter);
         self.reset_fuel(&mut store);
-        let raw = self.pre.instance_pre().instantiate(&mut store).map_err(|e| classify(e, None))?;
-        let instance = StateMachine::new(&mut store, &raw).map_err(|e| classify(e, None))?;
+        let (instance, raw) = self.pre.instantiate(&mut store).map_err(|e| classify(e, None))?;
         Ok((store, instance, raw))
     }
 
@@ -158,10 +162,11 @@ impl Plugin {
     }
 }
 
-/// The interface of the optional `migrate` export.
-pub(crate) const UPGRADE_INTERFACE: &str = "wasmraft:plugin/upgrade@0.1.0";
-pub(crate) type MigrateParams = (crate::bindings::wasmraft::plugin::types::PluginInfo,);
-pub(crate) type MigrateResults = (Result<(), crate::bindings::wasmraft::plugin::types::ApplyError>,);
+/// The interface of the optional `migrate` export, in each contract (its
+/// types have the same shapes in both).
+const UPGRADE_INTERFACES: [&str; 2] = ["wasmraft:plugin/upgrade@0.2.0", "wasmraft:plugin/upgrade@0.1.0"];
+pub(crate) type MigrateParams = (crate::contract::wit::PluginInfo,);
+pub(crate) type MigrateResults = (Result<(), crate::contract::wit::ApplyError>,);
 
 fn compile(engine: &PluginEngine, bytes: &[u8]) -> Result<Component, PluginError> {
     let component_bytes;

@@ -2,14 +2,13 @@ use std::sync::{Arc, Mutex};
 
 use wasmtime::Store;
 
-use crate::bindings::StateMachine;
-use crate::bindings::wasmraft::plugin::types as wit;
+use crate::contract::{Bound, wit};
 use crate::ctx::{CallFailure, PluginCtx, classify};
 use crate::error::{Fatal, QueryError};
 use crate::plugin::Plugin;
 use crate::view::{EmptyView, StateView};
 
-type Instance = (Store<PluginCtx>, StateMachine, wasmtime::component::Instance);
+type Instance = (Store<PluginCtx>, Bound, wasmtime::component::Instance);
 
 /// Read-only plugin instances that answer queries, in parallel with each
 /// other and with the applier. Each query takes an idle instance (or makes

@@ -86,3 +86,25 @@ impl Replica {
 pub fn text(s: &str) -> Vec<u8> {
     s.as_bytes().to_vec()
 }
+
+impl Replica {
+    /// Applies a tick at the next index and stores its writes.
+    pub fn tick(&mut self, now_ms: u64, renewals: &[(&str, u64)]) -> wasmraft_runtime::TickBatch {
+        let tick = wasmraft_runtime::TickInput {
+            index: self.next_index,
+            term: 1,
+            now_ms,
+            grace_until_ms: 0,
+            renewals: renewals.iter().map(|(k, at)| (k.as_bytes().to_vec(), *at)).collect(),
+        };
+        self.next_index += 1;
+        let batch = self.applier.tick(Arc::new(self.state.clone()), &tick).expect("no fatal failure");
+        self.state.apply_writes(&batch.writes);
+        batch
+    }
+
+    /// The timer record in the keyspace, if any.
+    pub fn timer(&self) -> Option<wasmraft_runtime::TimerRecord> {
+        wasmraft_runtime::TimerRecord::read(&self.state).expect("a readable record")
+    }
+}
