@@ -80,6 +80,7 @@ fn migrate_guards_the_keyspace() {
         sha256: String::new(),
         migrates: false,
         wasi: false,
+        contract: wasmraft_runtime::CONTRACT_V1.into(),
     };
     let at = EntryInput { index: 1, term: 1, timestamp_ms: 1_700_000_000_000, command: Vec::new() };
     let migrate = |r: &mut Replica, name: &str| {
