@@ -247,7 +247,7 @@ fn render_work(out: &mut String, nodes: &[Node]) {
     }
 
     type Count = fn(&NodeMetrics) -> u64;
-    let counters: [(&str, &str, Count); 9] = [
+    let counters: [(&str, &str, Count); 11] = [
         ("wasmraft_applied_entries_total", "Committed entries applied.", |m| m.apply_batch_size.read().2 as u64),
         ("wasmraft_elections_total", "Elections this node started as a candidate (after winning a pre-vote).", |m| m.elections.load(Relaxed)),
         ("wasmraft_leader_changes_total", "Times this node saw the leader change (or go).", |m| m.leader_changes.load(Relaxed)),
@@ -257,6 +257,8 @@ fn render_work(out: &mut String, nodes: &[Node]) {
         ("wasmraft_snapshots_installed_total", "Snapshots from a leader this node installed.", |m| m.snapshots_installed.load(Relaxed)),
         ("wasmraft_plugin_fuel_consumed_total", "Fuel the plugin burned applying entries (every replica burns the same).", |m| m.plugin_fuel.load(Relaxed)),
         ("wasmraft_plugin_traps_total", "Entries the plugin trapped on (a panic, out of fuel or memory); each failed alone, on every replica.", |m| m.plugin_traps.load(Relaxed)),
+        ("wasmraft_ticks_total", "Tick entries applied: the plugin's timer came due (wasmraft:plugin@0.2.0).", |m| m.ticks.load(Relaxed)),
+        ("wasmraft_tick_failures_total", "Ticks whose plugin tick failed (an error or a trap); the leader retries after a second.", |m| m.tick_failures.load(Relaxed)),
     ];
     for (name, help, count) in counters {
         head(out, name, "counter", help);

@@ -88,6 +88,8 @@ pub(crate) struct ApplyWorker {
     pub metrics: Arc<crate::metrics::NodeMetrics>,
     /// Progress lines while the entries committed before the start replay.
     pub replay: Option<crate::progress::Replay>,
+    /// The plugin's wake-up, published to the Raft loop.
+    pub wake: Arc<crate::timers::WakeUp>,
 }
 
 impl ApplyWorker {
@@ -237,6 +239,7 @@ impl ApplyWorker {
                 let _ = reply.send(Err(Error::ProposalDropped));
             }
         }
+        self.publish_stored_wake_up()?;
         self.status.lock().applied = meta.last.index.0;
         self.applied.send_replace(meta.last.index.0);
         let _ = self.raft.send(LoopMsg::Applied(meta.last.index));
@@ -246,6 +249,14 @@ impl ApplyWorker {
     fn apply(&mut self, entries: Vec<wasmraft_raft::Entry>) -> Result<(), String> {
         let entries: Vec<_> = entries.into_iter().filter(|e| e.log_id.index > self.last_applied.index).collect();
         let Some(last) = entries.last().map(|e| e.log_id) else { return Ok(()) };
+        // A tick is alone in its batch (`split_batches`).
+        if let [only] = &entries[..] {
+            if let EntryPayload::Normal(bytes) = &only.payload {
+                if let Some(Ok(SystemCommand::Tick { now_ms, grace_until_ms, renewals })) = SystemCommand::decode(bytes) {
+                    return self.apply_tick(only.log_id, now_ms, grace_until_ms, renewals);
+                }
+            }
+        }
         // Decide each entry's fate: run by the plugin, answered from its
         // client's session, or nothing to run (no-op, membership).
         let mut inputs = Vec::with_capacity(entries.len());
@@ -285,6 +296,8 @@ impl ApplyWorker {
                             self.hashes.compare(index, &hash, &self.status);
                             Plan::Done(Ok(Vec::new()))
                         }
+                        // Alone in its batch, and applied above.
+                        Ok(SystemCommand::Tick { .. }) => Plan::Done(Err(Error::Invalid("a tick in a batch".into()))),
                         Err(m) => Plan::Done(Err(Error::Invalid(m))),
                     }
                 }
@@ -393,7 +406,8 @@ impl ApplyWorker {
                 // sweep may still fall on its index. (Its stamp is not kept
                 // as log time: the entries after it carry log time on.)
                 debug_assert!(records.membership.is_none() && records.addresses.is_empty());
-                self.switch_plugin(last, prepared, &changed)?
+                self.switch_plugin(last, prepared, &changed)?;
+                self.publish_stored_wake_up()?;
             }
             None => self
                 .storage
@@ -404,6 +418,11 @@ impl ApplyWorker {
                     &records,
                 )
                 .map_err(|e| e.to_string())?,
+        }
+        // Before the Raft loop hears of this index: it never holds a
+        // wake-up older than what it knows applied.
+        if let Some(change) = wasmraft_runtime::TimerRecord::in_writes(&batch.writes)? {
+            self.wake.publish(change.and_then(|r| r.wake_at_ms));
         }
         self.last_applied = last;
         self.publish_addresses(records.addresses);
@@ -423,21 +442,26 @@ impl ApplyWorker {
                 let _ = reply.send(if term == e.log_id.term { result } else { Err(Error::ProposalDropped) });
             }
         }
-        // Waiters below the applied index whose entries never came belong to
-        // a log suffix that was replaced.
-        let stale: Vec<Index> = self.waiters.range(..=last.index).map(|(i, _)| *i).collect();
+        self.finish_applied(last.index, batch.events);
+        Ok(())
+    }
+
+    /// After a batch is durable up to `last`: answers the waiters whose
+    /// entries never came (a replaced log suffix), publishes `events`, and
+    /// tells the node and the Raft loop.
+    pub(crate) fn finish_applied(&mut self, last: Index, events: Vec<EntryEvent>) {
+        let stale: Vec<Index> = self.waiters.range(..=last).map(|(i, _)| *i).collect();
         for i in stale {
             if let Some((_, reply)) = self.waiters.remove(&i) {
                 let _ = reply.send(Err(Error::ProposalDropped));
             }
         }
-        for ev in batch.events {
+        for ev in events {
             let _ = self.events.send(Arc::new(ev));
         }
-        self.status.lock().applied = last.index.0;
-        self.applied.send_replace(last.index.0);
-        let _ = self.raft.send(LoopMsg::Applied(last.index));
-        Ok(())
+        self.status.lock().applied = last.0;
+        self.applied.send_replace(last.0);
+        let _ = self.raft.send(LoopMsg::Applied(last));
     }
 }
 

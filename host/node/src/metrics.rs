@@ -153,6 +153,10 @@ pub struct NodeMetrics {
     pub plugin_fuel: AtomicU64,
     /// Entries the plugin trapped on (a panic, out of fuel or memory).
     pub plugin_traps: AtomicU64,
+    /// Ticks applied (the plugin's timer came due, or keep-alives waited).
+    pub ticks: AtomicU64,
+    /// Ticks whose plugin `tick` failed (an error or a trap).
+    pub tick_failures: AtomicU64,
     /// Synced log writes (entries and hard state), each one fsync.
     pub log_fsync: Histogram,
     /// From a proposal batch on the leader to its commit.
@@ -183,6 +187,8 @@ impl Default for NodeMetrics {
             apply_batch_size: Histogram::new(&BATCH_BUCKETS),
             plugin_fuel: AtomicU64::new(0),
             plugin_traps: AtomicU64::new(0),
+            ticks: AtomicU64::new(0),
+            tick_failures: AtomicU64::new(0),
             log_fsync: Histogram::default(),
             commit_latency: Histogram::default(),
             elections: AtomicU64::new(0),

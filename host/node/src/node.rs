@@ -395,6 +395,7 @@ impl Node {
         let (events_tx, _) = broadcast::channel(4096);
 
         let metrics = Arc::new(crate::metrics::NodeMetrics::default());
+        let wake = Arc::new(crate::timers::WakeUp::default());
         let worker = ApplyWorker {
             state_machine: Box::new(applier),
             storage: storage.clone(),
@@ -414,7 +415,9 @@ impl Node {
             hashes: HashChecks::new(config.hash_check_entries, applied.index.0),
             metrics: metrics.clone(),
             replay: crate::progress::Replay::new(applied.index.0, hard_state.commit.0),
+            wake: wake.clone(),
         };
+        worker.publish_stored_wake_up().map_err(StartError::Recovery)?;
         let raft_loop = RaftLoop {
             raw,
             storage: storage.clone(),
@@ -428,6 +431,7 @@ impl Node {
             pending_reads: HashMap::new(),
             read_timeout: config.request_timeout,
             next_read_id: 0,
+            ticker: crate::timers::Ticker::new(wake, config.tick_interval * config.election_ticks as u32),
             stamp_clock: crate::timers::StampClock::new(
                 crate::timers::last_stamp_in_log(&storage).max(storage.log_time_ms()?.unwrap_or(0)),
             ),

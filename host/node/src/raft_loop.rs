@@ -135,6 +135,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub next_read_id: u64,
     /// Log time: stamps commands and deploys, never backwards in log order.
     pub stamp_clock: crate::timers::StampClock,
+    /// When to propose the plugin's ticks, as leader.
+    pub ticker: crate::timers::Ticker,
     /// The data of the snapshot last received, until the core installs it.
     pub received_snapshot: Option<(LogId, StagedSnapshot)>,
     /// This loop's own inbox, for transport callbacks.
@@ -200,8 +202,13 @@ impl<T: Transport> RaftLoop<T> {
         loop {
             // Deferred messages are work to do now, if the next Ready has
             // room for them: do not wait for more.
+            let now = Instant::now();
             let timeout = if self.deferred.is_empty() || !self.takes_deferred() {
-                self.next_tick.saturating_duration_since(Instant::now())
+                let until_tick = self.next_tick.saturating_duration_since(now);
+                match self.ticker.sleep_limit(&self.stamp_clock, now) {
+                    Some(until_wake) => until_tick.min(until_wake),
+                    None => until_tick,
+                }
             } else {
                 Duration::ZERO
             };
@@ -331,7 +338,10 @@ impl<T: Transport> RaftLoop<T> {
                         Err(e) => self.dropped.note(&e),
                     }
                 }
-                LoopMsg::Applied(index) => self.raw.applied_to(index),
+                LoopMsg::Applied(index) => {
+                    self.raw.applied_to(index);
+                    self.ticker.applied(index.0);
+                }
                 LoopMsg::Persisted(result) => persisted = Some(result),
                 LoopMsg::ReceiveSnapshot(m, data) => {
                     if let Err(reason) = self.may_install(&m) {
@@ -436,6 +446,7 @@ impl<T: Transport> RaftLoop<T> {
             return Flow::Stop;
         }
         self.propose(proposals, wall_ms);
+        self.propose_tick(now, wall_ms);
         self.read_index(reads, now);
         if let Err(e) = self.handle_readies(persisted) {
             tracing::error!(error = %e, "storage failed; stopping the raft loop");
@@ -600,6 +611,20 @@ impl<T: Transport> RaftLoop<T> {
                     let _ = reply.send(Err(err.clone()));
                 }
             }
+        }
+    }
+
+    /// Proposes a tick of the plugin's timer, if one is due.
+    fn propose_tick(&mut self, now: Instant, wall_ms: u64) {
+        let (role, term) = self.raw.role_and_term();
+        let raw = &self.raw;
+        let Some(tick) = self.ticker.due(role, term.0, || raw.status().last_index.0, &mut self.stamp_clock, now, wall_ms)
+        else {
+            return;
+        };
+        match self.raw.propose(vec![tick.encode()]) {
+            Ok(range) => self.ticker.proposed(range.start.0, now),
+            Err(e) => tracing::debug!(error = %e, "a tick was not proposed"),
         }
     }
 

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use wasmraft_runtime::{ApplyBatch, Applier, EntryInput, Fatal, QueryError, QueryPool, StateError, StateView};
+use wasmraft_runtime::{
+    ApplyBatch, Applier, EntryError, EntryInput, Fatal, QueryError, QueryPool, StateError, StateView, TickBatch, TickInput,
+};
 use wasmraft_storage::StateReader;
 
 /// Applies committed entries. Implemented by the Wasm plugin runtime and by
@@ -24,6 +26,19 @@ pub trait StateMachine: Send + 'static {
     fn idle(&mut self) -> Result<(), Fatal> {
         Ok(())
     }
+
+    /// Applies a tick (see [`Applier::tick`]). Machines without timers
+    /// write nothing and refuse every keep-alive.
+    fn tick(&mut self, _state: Arc<dyn StateView>, tick: &TickInput) -> Result<TickBatch, Fatal> {
+        let refused = EntryError::Rejected("this state machine has no timers".into());
+        Ok(TickBatch { now_ms: tick.now_ms, renewed: vec![Err(refused); tick.renewals.len()], ..TickBatch::default() })
+    }
+
+    /// Whether the machine has timers: only then does its leader propose
+    /// ticks.
+    fn has_timers(&self) -> bool {
+        false
+    }
 }
 
 /// Answers read-only queries, concurrently with `apply`.
@@ -40,6 +55,14 @@ impl StateMachine for Applier {
 
     fn idle(&mut self) -> Result<(), Fatal> {
         self.prepare()
+    }
+
+    fn tick(&mut self, state: Arc<dyn StateView>, tick: &TickInput) -> Result<TickBatch, Fatal> {
+        Applier::tick(self, state, tick)
+    }
+
+    fn has_timers(&self) -> bool {
+        self.plugin().info().contract != wasmraft_runtime::CONTRACT_V1
     }
 }
 

@@ -6,6 +6,8 @@
 //! [0x81][timestamp ms: u64 BE][plugin bytes]  deploy a plugin (stamped by the leader's Raft loop)
 //! [0x82]                                      every replica hashes its keyspace here
 //! [0x83][index: u64 BE][sha256: 32 bytes]     the leader's keyspace hash at `index`
+//! [0x84][now ms: u64 BE][grace until ms: u64 BE][n: u32 BE]
+//!       n × [at ms: u64 BE][key length: u16 BE][key]   a tick of the plugin's timer
 //! ```
 //!
 //! Plugin commands start with their envelope's version byte (1), so the
@@ -16,6 +18,7 @@ pub const MARKER: u8 = 0x80;
 const DEPLOY: u8 = 0x81;
 const CHECK_HASH: u8 = 0x82;
 const EXPECT_HASH: u8 = 0x83;
+const TICK: u8 = 0x84;
 
 /// A system command.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +48,16 @@ pub enum SystemCommand {
         /// The leader's hash there.
         hash: [u8; 32],
     },
+    /// Log time reached the plugin's wake-up, or keep-alives wait: every
+    /// replica runs the plugin's `tick` at this index.
+    Tick {
+        /// Log time, as the leader stamped it.
+        now_ms: u64,
+        /// The proposing leader's start plus one election timeout.
+        grace_until_ms: u64,
+        /// Keep-alives: what to renew and when the leader took it.
+        renewals: Vec<(Vec<u8>, u64)>,
+    },
 }
 
 impl SystemCommand {
@@ -71,13 +84,25 @@ impl SystemCommand {
                 out.extend_from_slice(hash);
                 out
             }
+            SystemCommand::Tick { now_ms, grace_until_ms, renewals } => {
+                let mut out = vec![TICK];
+                out.extend_from_slice(&now_ms.to_be_bytes());
+                out.extend_from_slice(&grace_until_ms.to_be_bytes());
+                out.extend_from_slice(&(renewals.len() as u32).to_be_bytes());
+                for (key, at) in renewals {
+                    out.extend_from_slice(&at.to_be_bytes());
+                    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+                    out.extend_from_slice(key);
+                }
+                out
+            }
         }
     }
 
-    /// The leader timestamp a system command carries (a deploy's).
+    /// The leader timestamp a system command carries (a deploy's, a tick's).
     pub(crate) fn stamp(bytes: &[u8]) -> Option<u64> {
         match bytes {
-            [DEPLOY, ts @ ..] if ts.len() >= 8 => Some(u64::from_be_bytes(ts[..8].try_into().expect("8 bytes"))),
+            [DEPLOY | TICK, ts @ ..] if ts.len() >= 8 => Some(u64::from_be_bytes(ts[..8].try_into().expect("8 bytes"))),
             _ => None,
         }
     }
@@ -97,7 +122,7 @@ impl SystemCommand {
     /// Whether the entry must be applied at the end of its own batch: the
     /// ones that change the plugin or look at the state as of their index.
     pub(crate) fn ends_batch(bytes: &[u8]) -> bool {
-        matches!(bytes.first(), Some(&DEPLOY) | Some(&CHECK_HASH))
+        matches!(bytes.first(), Some(&DEPLOY) | Some(&CHECK_HASH) | Some(&TICK))
     }
 
     /// Reads a command back; `None` if `bytes` is not a system command.
@@ -119,6 +144,7 @@ impl SystemCommand {
                 wasm: rest[8..].to_vec(),
             }),
             CHECK_HASH if rest.is_empty() => Ok(SystemCommand::CheckHash),
+            TICK => decode_tick(rest),
             EXPECT_HASH if rest.len() == 40 => Ok(SystemCommand::ExpectHash {
                 index: u64::from_be_bytes(rest[..8].try_into().expect("8 bytes")),
                 hash: rest[8..].try_into().expect("32 bytes"),
@@ -127,6 +153,31 @@ impl SystemCommand {
             _ => return None,
         })
     }
+}
+
+/// A tick's fields, every length checked (a malformed one is refused, and
+/// refused alike on every replica).
+fn decode_tick(rest: &[u8]) -> Result<SystemCommand, String> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let bytes = rest.get(at..at + n).ok_or("a truncated tick command")?;
+        at += n;
+        Ok(bytes)
+    };
+    let u64_of = |b: &[u8]| u64::from_be_bytes(b.try_into().expect("8 bytes"));
+    let now_ms = u64_of(take(8)?);
+    let grace_until_ms = u64_of(take(8)?);
+    let n = u32::from_be_bytes(take(4)?.try_into().expect("4 bytes"));
+    let mut renewals = Vec::new();
+    for _ in 0..n {
+        let at_ms = u64_of(take(8)?);
+        let len = u16::from_be_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
+        renewals.push((take(len)?.to_vec(), at_ms));
+    }
+    if at != rest.len() {
+        return Err("trailing bytes after a tick command".to_string());
+    }
+    Ok(SystemCommand::Tick { now_ms, grace_until_ms, renewals })
 }
 
 #[cfg(test)]
@@ -140,6 +191,8 @@ mod tests {
             SystemCommand::DeployPlugin { timestamp_ms: 5, wasm: b"\0asm...".to_vec() },
             SystemCommand::CheckHash,
             SystemCommand::ExpectHash { index: 7, hash: [9; 32] },
+            SystemCommand::Tick { now_ms: 10, grace_until_ms: 11, renewals: vec![] },
+            SystemCommand::Tick { now_ms: 10, grace_until_ms: 11, renewals: vec![(b"lease 1".to_vec(), 9), (vec![], 3)] },
         ] {
             assert_eq!(SystemCommand::decode(&c.encode()), Some(Ok(c)));
         }
@@ -148,5 +201,11 @@ mod tests {
         assert!(matches!(SystemCommand::decode(&[MARKER, 1]), Some(Err(_))));
         assert!(matches!(SystemCommand::decode(&[EXPECT_HASH, 1]), Some(Err(_))));
         assert!(matches!(SystemCommand::decode(&[0x8f]), Some(Err(_))));
+        let tick = SystemCommand::Tick { now_ms: 1, grace_until_ms: 2, renewals: vec![(b"k".to_vec(), 3)] }.encode();
+        for cut in 1..tick.len() {
+            assert!(matches!(SystemCommand::decode(&tick[..cut]), Some(Err(_))), "cut at {cut}");
+        }
+        assert!(matches!(SystemCommand::decode(&[&tick[..], b"x"].concat()), Some(Err(_))), "trailing bytes");
+        assert_eq!(SystemCommand::stamp(&tick), Some(1));
     }
 }

@@ -12,10 +12,14 @@
 //! - within a term stamps advance with the monotonic clock from the anchor,
 //!   so a wall-clock step moves nothing until the next election.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use wasmraft_raft::{Entry, EntryPayload, Index};
+use wasmraft_raft::{Entry, EntryPayload, Index, Role};
 use wasmraft_storage::Storage;
+
+use crate::system::SystemCommand;
 
 /// The most a new leader moves log time towards its own wall clock: a
 /// larger gap (a skewed or stepped clock) is closed one election at a time,
@@ -81,6 +85,14 @@ impl StampClock {
         self.last_ms
     }
 
+    /// The stamp `stamp` would give now in `term`, without moving the
+    /// clock; none before the term's first stamp.
+    pub fn peek(&self, term: u64, now: Instant) -> Option<u64> {
+        let anchor = self.anchor.filter(|a| a.term == term)?;
+        let since = now.saturating_duration_since(anchor.at).as_millis() as u64;
+        Some(self.last_ms.max(anchor.stamp_ms.saturating_add(since)))
+    }
+
     /// Where a new term's stamps start.
     fn anchor_ms(&self, now: Instant, wall_ms: u64) -> u64 {
         let Some(seen_at) = self.seen_at else {
@@ -99,6 +111,157 @@ impl StampClock {
             );
         }
         wall_ms.clamp(estimate, estimate.saturating_add(MAX_CLOCK_STEP_MS))
+    }
+}
+
+/// The leader's side of timers: when to propose a tick. Ticks start once
+/// the leader applied the first entry of its term (so that the wake-up it
+/// reads reflects every earlier entry), are at least [`MIN_TICK_GAP`] apart,
+/// one at a time, and a tick the plugin failed is retried after
+/// [`RETRY_AFTER_FAILURE`]. `grace_until` is fixed when a term's ticks start:
+/// the stamp then plus one election timeout.
+#[derive(Debug)]
+pub(crate) struct Ticker {
+    wake: Arc<WakeUp>,
+    election_timeout_ms: u64,
+    /// The highest index the apply side reported applied.
+    applied: u64,
+    leading: Option<Leading>,
+    /// The index of the tick proposed and not yet applied.
+    in_flight: Option<u64>,
+    last_proposed: Option<Instant>,
+    retry_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Leading {
+    term: u64,
+    /// An index at or after the first entry of the term.
+    first_index: u64,
+    /// Set once the term's ticks may start.
+    grace_until_ms: Option<u64>,
+}
+
+/// Ticks at most this often: a plugin that always asks for `now` costs 100
+/// entries a second, not a busy loop.
+pub const MIN_TICK_GAP: Duration = Duration::from_millis(10);
+/// How long the leader waits before it proposes again a tick that failed.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+impl Ticker {
+    pub fn new(wake: Arc<WakeUp>, election_timeout: Duration) -> Self {
+        Self {
+            wake,
+            election_timeout_ms: election_timeout.as_millis() as u64,
+            applied: 0,
+            leading: None,
+            in_flight: None,
+            last_proposed: None,
+            retry_at: None,
+        }
+    }
+
+    /// The apply side applied up to `index`.
+    pub fn applied(&mut self, index: u64) {
+        self.applied = self.applied.max(index);
+    }
+
+    /// The tick to propose now, if one is due. `last_index` is read once
+    /// per term: the log's last index when this node is first seen leading.
+    pub fn due(
+        &mut self,
+        role: Role,
+        term: u64,
+        last_index: impl FnOnce() -> u64,
+        clock: &mut StampClock,
+        now: Instant,
+        wall_ms: u64,
+    ) -> Option<SystemCommand> {
+        if role != Role::Leader {
+            self.leading = None;
+            self.in_flight = None;
+            return None;
+        }
+        if self.leading.as_ref().is_none_or(|l| l.term != term) {
+            self.leading = Some(Leading { term, first_index: last_index(), grace_until_ms: None });
+            self.in_flight = None;
+            self.retry_at = None;
+        }
+        let leading = self.leading.as_mut().expect("set above");
+        if self.applied < leading.first_index {
+            return None;
+        }
+        if let Some(index) = self.in_flight {
+            if self.applied < index {
+                return None;
+            }
+            self.in_flight = None;
+            if self.wake.failed(index) {
+                self.retry_at = Some(now + RETRY_AFTER_FAILURE);
+            }
+        }
+        let stamp = clock.stamp(term, now, wall_ms);
+        let grace_until_ms = *leading.grace_until_ms.get_or_insert(stamp.saturating_add(self.election_timeout_ms));
+        let wake = self.wake.get()?;
+        let waiting = |at: Option<Instant>| at.is_some_and(|at| now < at);
+        if stamp < wake || waiting(self.retry_at) || waiting(self.last_proposed.map(|p| p + MIN_TICK_GAP)) {
+            return None;
+        }
+        Some(SystemCommand::Tick { now_ms: stamp, grace_until_ms, renewals: Vec::new() })
+    }
+
+    /// The tick `due` returned was proposed at `index`.
+    pub fn proposed(&mut self, index: u64, now: Instant) {
+        self.in_flight = Some(index);
+        self.last_proposed = Some(now);
+    }
+
+    /// How long the loop may sleep before a tick could be due (none: no
+    /// tick waits on time).
+    pub fn sleep_limit(&self, clock: &StampClock, now: Instant) -> Option<Duration> {
+        let leading = self.leading.as_ref()?;
+        if leading.grace_until_ms.is_none() || self.in_flight.is_some() {
+            return None;
+        }
+        let wake = self.wake.get()?;
+        let now_ms = clock.peek(leading.term, now)?;
+        Some(Duration::from_millis(wake.saturating_sub(now_ms)).max(MIN_TICK_GAP))
+    }
+}
+
+/// The plugin's wake-up in log time, as the apply side last stored it, and
+/// the last tick that failed: written by the apply worker before it tells
+/// the Raft loop an index applied, read by the loop to decide when to tick.
+#[derive(Debug)]
+pub(crate) struct WakeUp {
+    at_ms: AtomicU64,
+    failed_index: AtomicU64,
+}
+
+const NO_WAKE_UP: u64 = u64::MAX;
+
+impl Default for WakeUp {
+    fn default() -> Self {
+        Self { at_ms: AtomicU64::new(NO_WAKE_UP), failed_index: AtomicU64::new(0) }
+    }
+}
+
+impl WakeUp {
+    pub fn publish(&self, at_ms: Option<u64>) {
+        self.at_ms.store(at_ms.unwrap_or(NO_WAKE_UP), Ordering::Release);
+    }
+
+    pub fn get(&self) -> Option<u64> {
+        Some(self.at_ms.load(Ordering::Acquire)).filter(|&at| at != NO_WAKE_UP)
+    }
+
+    pub fn failed_at(&self, index: u64) {
+        self.failed_index.store(index, Ordering::Release);
+    }
+
+    /// Whether the tick at `index` failed.
+    pub fn failed(&self, index: u64) -> bool {
+        self.failed_index.load(Ordering::Acquire) == index
     }
 }
 
@@ -138,8 +301,6 @@ pub(crate) fn last_stamp_in_log(storage: &Storage) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn stamped(stamp: u64) -> Entry {
