@@ -131,20 +131,24 @@ async fn a_0_2_0_plugin_deploys_and_its_wake_up_replicates() {
     let all = cluster.endpoints(0);
     let out = ok(cli(&all, &["plugin", "deploy", "--force", component("fixture_timer").to_str().unwrap()]));
     assert!(out.contains("deployed fixture-timer"), "{out}");
-    assert_eq!(ok(cli(&all, &["propose", "wake 1234"])).trim(), "ok");
+    // In 2100: not due, so no tick clears it meanwhile.
+    assert_eq!(ok(cli(&all, &["propose", "wake 4102444800000"])).trim(), "ok");
     for id in cluster.ids() {
         let endpoint = vec![cluster.addr(id).to_string()];
-        let info = ok(cli(&endpoint, &["plugin", "info"]));
-        assert_eq!(info_field(&info, "contract"), "wasmraft:plugin@0.2.0 (timers)", "node {id}");
         let mut wake = String::new();
         for _ in 0..100 {
-            wake = ok(cli(&endpoint, &["query", "--consistency", "e", "timer"])).trim().to_string();
-            if wake == "1234" {
+            // A node that has not applied the deploy yet asks the KV plugin.
+            let o = cli(&endpoint, &["query", "--consistency", "e", "timer"]);
+            wake = format!("{}{}", String::from_utf8_lossy(&o.stdout).trim(), String::from_utf8_lossy(&o.stderr).trim());
+            if wake == "4102444800000" {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        assert_eq!(wake, "1234", "node {id}");
+        assert_eq!(wake, "4102444800000", "node {id}");
+        // It has applied the deploy, then.
+        let info = ok(cli(&endpoint, &["plugin", "info"]));
+        assert_eq!(info_field(&info, "contract"), "wasmraft:plugin@0.2.0 (timers)", "node {id}");
     }
 }
 
