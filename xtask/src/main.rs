@@ -48,40 +48,11 @@ fn main() -> anyhow::Result<()> {
 
 fn plugins(root: &Path, update: bool) -> anyhow::Result<()> {
     let ws = root.join("plugins");
-    // scripts/setup.sh points WASMRAFT_GUEST_CARGO at Debian's cargo when
-    // rustup cannot provide the wasm32 target; that toolchain's directory then
-    // comes first on PATH, for this build only.
-    let guest_cargo = std::env::var("WASMRAFT_GUEST_CARGO").ok();
-    let cargo = guest_cargo.clone().unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(&cargo);
-    cmd.current_dir(&ws).args(["build", "--locked", "--release", "--target", "wasm32-unknown-unknown"]);
-    // Guests always build into plugins/target, where the tests look, even
-    // when CARGO_TARGET_DIR points the host build elsewhere (a CI cache).
-    cmd.env("CARGO_TARGET_DIR", ws.join("target"));
-    if let Some(dir) = guest_cargo.as_deref().and_then(|c| Path::new(c).parent()) {
-        let path = std::env::var("PATH").unwrap_or_default();
-        cmd.env("PATH", format!("{}:{path}", dir.display()))
-            .env("RUSTC", dir.join("rustc"))
-            .env("RUSTC_BOOTSTRAP", "1");
-    }
-    // Panic messages embed source paths: keep this machine's out of the
-    // binaries (and the bytes the same wherever they are built).
-    let cargo_home = std::env::var("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo"));
-    let flags = [
-        format!("--remap-path-prefix={}=/wasmraft", root.display()),
-        format!("--remap-path-prefix={}=/cargo", cargo_home.display()),
-    ];
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
-    if let Ok(extra) = std::env::var("WASMRAFT_GUEST_CARGO_ARGS") {
-        cmd.args(extra.split_whitespace());
-    }
-    eprintln!("building plugins: {cmd:?}");
-    let status = cmd.status().with_context(|| format!("cannot run {cargo}"))?;
-    if !status.success() {
-        bail!("building the plugins failed");
-    }
+    // A plugin that enables the SDK's `timers` feature builds on its own:
+    // built with the rest, cargo would unify the feature into every SDK
+    // plugin, making them all wasmraft:plugin@0.2.0 ones.
+    build_guests(root, &ws, &["--workspace", "--exclude", TIMERS_EXAMPLE])?;
+    build_guests(root, &ws, &["-p", TIMERS_EXAMPLE])?;
     let out = ws.join("target/wasm32-unknown-unknown/release");
     let components = ws.join("target/components");
     std::fs::create_dir_all(&components)?;
@@ -122,6 +93,48 @@ fn plugins(root: &Path, update: bool) -> anyhow::Result<()> {
         );
     }
     eprintln!("plugins/dist/kv.wasm matches its sources ({hash})");
+    Ok(())
+}
+
+/// The example built with the SDK's `timers` feature.
+const TIMERS_EXAMPLE: &str = "reminders";
+
+/// Builds `packages` of the guest workspace `ws` for wasm32.
+fn build_guests(root: &Path, ws: &Path, packages: &[&str]) -> anyhow::Result<()> {
+    // scripts/setup.sh points WASMRAFT_GUEST_CARGO at Debian's cargo when
+    // rustup cannot provide the wasm32 target; that toolchain's directory then
+    // comes first on PATH, for this build only.
+    let guest_cargo = std::env::var("WASMRAFT_GUEST_CARGO").ok();
+    let cargo = guest_cargo.clone().unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(ws).args(["build", "--locked", "--release", "--target", "wasm32-unknown-unknown"]).args(packages);
+    // Guests always build into plugins/target, where the tests look, even
+    // when CARGO_TARGET_DIR points the host build elsewhere (a CI cache).
+    cmd.env("CARGO_TARGET_DIR", ws.join("target"));
+    if let Some(dir) = guest_cargo.as_deref().and_then(|c| Path::new(c).parent()) {
+        let path = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("{}:{path}", dir.display()))
+            .env("RUSTC", dir.join("rustc"))
+            .env("RUSTC_BOOTSTRAP", "1");
+    }
+    // Panic messages embed source paths: keep this machine's out of the
+    // binaries (and the bytes the same wherever they are built).
+    let cargo_home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cargo"));
+    let flags = [
+        format!("--remap-path-prefix={}=/wasmraft", root.display()),
+        format!("--remap-path-prefix={}=/cargo", cargo_home.display()),
+    ];
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    if let Ok(extra) = std::env::var("WASMRAFT_GUEST_CARGO_ARGS") {
+        cmd.args(extra.split_whitespace());
+    }
+    eprintln!("building plugins: {cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot run {cargo}"))?;
+    if !status.success() {
+        bail!("building the plugins failed");
+    }
     Ok(())
 }
 

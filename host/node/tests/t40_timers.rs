@@ -116,3 +116,29 @@ async fn a_failing_tick_is_retried_a_second_later() {
     assert_eq!(last_tick(&leader).await, None, "a failed tick leaves no write of the plugin's");
     assert_eq!(leader.query(b"timer".to_vec(), Consistency::Eventual).await.unwrap(), b"0", "the wake-up stays");
 }
+
+/// The `reminders` example, built with the SDK's `timers` feature: a
+/// reminder whose time has come fires on every replica and is gone, a later
+/// one waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reminders_example_fires_what_is_due_on_every_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), &component("reminders"), fast).unwrap();
+    let leader = cluster.leader().await.unwrap();
+    assert_eq!(leader.plugin().0.contract, wasmraft_node::CONTRACT_V2);
+    let now = leader.propose(b"remind 0 already due".to_vec()).await.unwrap();
+    let later = leader.propose(b"remind 4102444800000 in 2100".to_vec()).await.unwrap();
+    let expected = format!("{} 4102444800000 in 2100\n", String::from_utf8(later).unwrap());
+    for node in cluster.nodes() {
+        let mut pending = String::new();
+        for _ in 0..500 {
+            let answer = node.query(b"pending".to_vec(), Consistency::Eventual).await.unwrap();
+            pending = String::from_utf8(answer).unwrap();
+            if pending == expected {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(pending, expected, "node {}: {} should have fired", node.id(), String::from_utf8_lossy(&now));
+    }
+}

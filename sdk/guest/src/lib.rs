@@ -216,6 +216,15 @@
 //! # assert!(host.migrate(&kv).is_err());
 //! ```
 //!
+//! # 9. Time
+//!
+//! With the `timers` feature the plugin is built for
+//! `wasmraft:plugin@0.2.0` and may ask to be woken at a log time: the
+//! `timer` module (`wake_at`, `cancel`, `next`, and `Deadlines`, an index of
+//! many deadlines that keeps the wake-up at the earliest) and
+//! `StateMachine::tick`, which every replica runs at the leader's tick
+//! entry once the wake-up is due. `plugins/examples/reminders` uses them.
+//!
 //! # The rules
 //!
 //! (The full contract is `wit/state-machine.wit`.)
@@ -236,6 +245,8 @@ pub mod log;
 pub mod store;
 #[cfg(feature = "serde")]
 mod table;
+#[cfg(feature = "timers")]
+pub mod timer;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 
@@ -248,8 +259,17 @@ pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[doc(hidden)]
 pub mod __bindings {
+    #[cfg(not(feature = "timers"))]
     wit_bindgen::generate!({
         path: "../../wit",
+        world: "upgradable-state-machine",
+        pub_export_macro: true,
+        export_macro_name: "__export_state_machine",
+        default_bindings_module: "wasmraft_sdk::__bindings",
+    });
+    #[cfg(feature = "timers")]
+    wit_bindgen::generate!({
+        path: "../../wit/v0.2.0",
         world: "upgradable-state-machine",
         pub_export_macro: true,
         export_macro_name: "__export_state_machine",
@@ -300,6 +320,36 @@ pub struct PluginInfo {
     pub sdk_version: String,
 }
 
+/// A point in log time the host asks the plugin to act on (the `timers`
+/// feature): its wake-up came due, or keep-alives wait to be recorded.
+#[cfg(feature = "timers")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tick {
+    /// The index of the log entry that carries the tick.
+    pub index: u64,
+    /// The term of the leader that proposed it.
+    pub term: u64,
+    /// Log time now (ms since the Unix epoch): never lower than an earlier
+    /// tick's or entry's.
+    pub now_ms: u64,
+    /// The proposing leader's start plus one election timeout: expire
+    /// nothing a client keeps alive before it, so that clients have time to
+    /// find a new leader.
+    pub grace_until_ms: u64,
+    /// Keep-alives taken since the last tick, oldest first.
+    pub renewals: Vec<Renewal>,
+}
+
+/// A keep-alive the leader took (the `timers` feature).
+#[cfg(feature = "timers")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    /// What to renew, in the plugin's own terms.
+    pub key: Vec<u8>,
+    /// Log time when the leader took it.
+    pub at_ms: u64,
+}
+
 /// A replicated state machine.
 ///
 /// All functions are associated functions, not methods: a plugin keeps no
@@ -323,6 +373,19 @@ pub trait StateMachine {
     fn migrate(previous: &PluginInfo) -> Result<(), ApplyError> {
         let _ = previous;
         Ok(())
+    }
+
+    /// Acts on log time `tick.now_ms` (the `timers` feature): called on
+    /// every replica at the tick's entry, when the wake-up set with
+    /// [`timer::wake_at`] is due, or keep-alives are carried. Returns one
+    /// answer per keep-alive. Runs like an entry: an error (or panic)
+    /// leaves no write and no event, and the host retries a second later.
+    /// Do a bounded amount of work; set the wake-up to `now_ms` if more is
+    /// due. The default refuses keep-alives and cancels the wake-up.
+    #[cfg(feature = "timers")]
+    fn tick(tick: &Tick) -> Result<Vec<Result<Vec<u8>, ApplyError>>, ApplyError> {
+        timer::cancel();
+        Ok(tick.renewals.iter().map(|_| Err(ApplyError::rejected("this plugin takes no keep-alives"))).collect())
     }
 }
 
@@ -353,6 +416,8 @@ macro_rules! export {
             fn info() -> $crate::__private::WitPluginInfo {
                 $crate::__private::info(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
             }
+
+            $crate::__export_tick!($state_machine);
         }
 
         impl $crate::__private::UpgradeGuest for __WasmraftExport {
@@ -365,6 +430,28 @@ macro_rules! export {
 
         $crate::__bindings::__export_state_machine!(__WasmraftExport with_types_in $crate::__bindings);
     };
+}
+
+/// The `tick` export, with the `timers` feature.
+#[cfg(feature = "timers")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_tick {
+    ($state_machine:ty) => {
+        fn tick(
+            tick: $crate::__private::WitTick,
+        ) -> ::std::result::Result<$crate::__private::WitTicked, $crate::__private::WitApplyError> {
+            $crate::__private::tick::<$state_machine>(tick)
+        }
+    };
+}
+
+/// Without the `timers` feature, no `tick` export.
+#[cfg(not(feature = "timers"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_tick {
+    ($state_machine:ty) => {};
 }
 
 #[doc(hidden)]
@@ -405,6 +492,27 @@ pub mod __private {
         let outcome = S::migrate(&previous).map_err(Into::into);
         crate::events::take(); // the host has nowhere to send them
         outcome
+    }
+
+    #[cfg(feature = "timers")]
+    pub use super::wit::{Tick as WitTick, Ticked as WitTicked};
+
+    #[cfg(feature = "timers")]
+    pub fn tick<S: StateMachine>(t: WitTick) -> Result<WitTicked, WitApplyError> {
+        install_panic_hook();
+        let tick = Tick {
+            index: t.index,
+            term: t.term,
+            now_ms: t.now_ms,
+            grace_until_ms: t.grace_until_ms,
+            renewals: t.renewals.into_iter().map(|r| Renewal { key: r.key, at_ms: r.at_ms }).collect(),
+        };
+        let outcome = S::tick(&tick);
+        let events = crate::events::take();
+        match outcome {
+            Ok(renewed) => Ok(WitTicked { renewed: renewed.into_iter().map(|r| r.map_err(Into::into)).collect(), events }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub fn info(name: &str, version: &str) -> WitPluginInfo {

@@ -122,6 +122,37 @@ impl<S: StateMachine> TestHost<S> {
         self.now_ms = now_ms;
     }
 
+    /// Moves log time to `now_ms` (never back) and, if the plugin's
+    /// wake-up is due by then, applies a tick as the host would; its
+    /// outcome, or `None` if nothing was due (the `timers` feature).
+    #[cfg(feature = "timers")]
+    pub fn advance_to(&mut self, now_ms: u64) -> Option<Result<(), ApplyError>> {
+        self.now_ms = self.now_ms.max(now_ms);
+        let due = memory::timer::get().is_some_and(|at| at <= self.now_ms);
+        due.then(|| self.run_tick(Vec::new()).map(drop))
+    }
+
+    /// Applies a tick now that carries keep-alives, as `(key, taken at
+    /// ms)`: one answer each (the `timers` feature).
+    #[cfg(feature = "timers")]
+    pub fn renew(&mut self, renewals: &[(&[u8], u64)]) -> Result<Vec<Result<Vec<u8>, ApplyError>>, ApplyError> {
+        let renewals = renewals.iter().map(|(key, at_ms)| crate::Renewal { key: key.to_vec(), at_ms: *at_ms }).collect();
+        self.run_tick(renewals)
+    }
+
+    #[cfg(feature = "timers")]
+    fn run_tick(&mut self, renewals: Vec<crate::Renewal>) -> Result<Vec<Result<Vec<u8>, ApplyError>>, ApplyError> {
+        let tick =
+            crate::Tick { index: self.next_index, term: 1, now_ms: self.now_ms, grace_until_ms: 0, renewals };
+        self.next_index += 1;
+        let outcome = memory::atomically(|| S::tick(&tick));
+        let events = crate::events::take();
+        if outcome.is_ok() {
+            self.events.extend(events.into_iter().map(|e| Event { index: tick.index, key: e.key, payload: e.payload }));
+        }
+        outcome
+    }
+
     /// The events of the entries applied so far, and forgets them.
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
@@ -142,10 +173,25 @@ pub(crate) mod memory {
     thread_local! {
         static STORE: RefCell<BTreeMap<Vec<u8>, Vec<u8>>> = const { RefCell::new(BTreeMap::new()) };
         static READ_ONLY: Cell<bool> = const { Cell::new(false) };
+        static WAKE_UP: Cell<Option<u64>> = const { Cell::new(None) };
     }
 
     pub fn reset() {
         STORE.with(|s| s.borrow_mut().clear());
+        WAKE_UP.with(|w| w.set(None));
+    }
+
+    /// The in-memory host's wake-up, behind [`crate::timer`].
+    #[cfg(feature = "timers")]
+    pub mod timer {
+        pub fn set(at_ms: Option<u64>) {
+            super::writable();
+            super::WAKE_UP.with(|w| w.set(at_ms));
+        }
+
+        pub fn get() -> Option<u64> {
+            super::WAKE_UP.with(std::cell::Cell::get)
+        }
     }
 
     pub fn dump() -> BTreeMap<Vec<u8>, Vec<u8>> {
@@ -155,9 +201,11 @@ pub(crate) mod memory {
     /// Runs `f`; if it fails, puts the store back as it was.
     pub fn atomically<T, E>(f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
         let before = dump();
+        let wake_up = WAKE_UP.with(Cell::get);
         let outcome = f();
         if outcome.is_err() {
             STORE.with(|s| *s.borrow_mut() = before);
+            WAKE_UP.with(|w| w.set(wake_up));
         }
         outcome
     }
