@@ -304,6 +304,14 @@ pub struct ProposeArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct RenewArgs {
+    /// What to keep alive, in the plugin's own terms.
+    pub key: String,
+    #[command(flatten)]
+    pub endpoints: Endpoints,
+}
+
+#[derive(Args, Debug)]
 pub struct QueryArgs {
     /// The request, as text (use --stdin for bytes).
     pub request: Option<String>,
@@ -493,6 +501,11 @@ pub async fn propose(a: ProposeArgs) -> anyhow::Result<()> {
         .client()?
         .propose(input(a.command, a.stdin)?)
         .await?;
+    stdout_bytes(&r.result)
+}
+
+pub async fn renew(a: RenewArgs) -> anyhow::Result<()> {
+    let r = a.endpoints.client()?.renew(a.key.into_bytes()).await?;
     stdout_bytes(&r.result)
 }
 

@@ -72,6 +72,9 @@ enum Command {
     /// Propose a raw command to any plugin and print its response.
     #[command(after_help = "Examples:\n  wasmraft propose \"deposit alice 10\"     # a text command for the running plugin\n  printf '\\x01\\x02' | wasmraft propose --stdin")]
     Propose(client_cmds::ProposeArgs),
+    /// Send a keep-alive for KEY to a plugin with timers and print its answer.
+    #[command(after_help = "Example:\n  wasmraft renew session-7     # the plugin's tick answers it; batched with others into one entry")]
+    Renew(client_cmds::RenewArgs),
     /// Run a raw read-only query on any plugin and print its response.
     #[command(after_help = "Examples:\n  wasmraft query total\n  wasmraft query --consistency e \"balance alice\"")]
     Query(client_cmds::QueryArgs),
@@ -161,6 +164,7 @@ fn main() -> std::process::ExitCode {
             Command::TransferLeader(a) => client_cmds::transfer_leader(a).await,
             Command::Member(c) => client_cmds::member(c).await,
             Command::Propose(a) => client_cmds::propose(a).await,
+            Command::Renew(a) => client_cmds::renew(a).await,
             Command::Query(a) => client_cmds::query(a).await,
             Command::Plugin(c) => plugin_cmds::run(c).await,
             Command::Check(a) => plugin_cmds::check(a).await,

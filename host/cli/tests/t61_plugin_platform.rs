@@ -131,6 +131,14 @@ async fn a_0_2_0_plugin_deploys_and_its_wake_up_replicates() {
     let all = cluster.endpoints(0);
     let out = ok(cli(&all, &["plugin", "deploy", "--force", component("fixture_timer").to_str().unwrap()]));
     assert!(out.contains("deployed fixture-timer"), "{out}");
+    // A keep-alive, through any node, rides a tick to every replica.
+    assert_eq!(ok(cli(&all, &["propose", "lease s1"])).trim(), "ok");
+    for id in cluster.ids() {
+        let endpoint = vec![cluster.addr(id).to_string()];
+        assert_eq!(ok(cli(&endpoint, &["renew", "s1"])).trim(), "s1", "through node {id}");
+    }
+    let err = failed(cli(&all, &["renew", "s2"]));
+    assert!(err.contains("not leased"), "{err}");
     // In 2100: not due, so no tick clears it meanwhile.
     assert_eq!(ok(cli(&all, &["propose", "wake 4102444800000"])).trim(), "ok");
     for id in cluster.ids() {

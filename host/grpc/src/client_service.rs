@@ -4,7 +4,7 @@ use wasmraft_node::{Consistency as NodeConsistency, Node, Role};
 
 use tokio_stream::Stream;
 use wasmraft_proto::v1::{
-    Consistency, PluginInfo, ProposeRequest, ProposeResponse, QueryRequest, QueryResponse,
+    Consistency, PluginInfo, ProposeRequest, ProposeResponse, QueryRequest, QueryResponse, RenewRequest, RenewResponse,
     StatusRequest, StatusResponse, WatchEvent, WatchRequest, client_server::Client,
 };
 
@@ -106,6 +106,21 @@ impl Client for ClientService {
                     leader: Some(leader),
                 })),
             },
+            Err(e) => Err(to_status(e)),
+        }
+    }
+
+    async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
+        let forwarded = crate::forward::is_forwarded(&request);
+        let r = request.into_inner();
+        match self.node.renew(r.key.clone()).await {
+            Ok(applied) => Ok(Response::new(RenewResponse { result: applied.response, index: applied.index })),
+            Err(wasmraft_node::Error::NotLeader { leader: Some(leader) }) if leader.0 != self.node.id() && !forwarded => {
+                match self.forwarder.client(leader.0) {
+                    Some(mut client) => client.renew(crate::forward::forwarded(r)).await,
+                    None => Err(to_status(wasmraft_node::Error::NotLeader { leader: Some(leader) })),
+                }
+            }
             Err(e) => Err(to_status(e)),
         }
     }

@@ -25,6 +25,9 @@ use crate::state_machine::{QueryHandler, StateMachine, StorageView};
 pub(crate) enum ApplyTask {
     /// A client waits for the entry proposed at `index` in `term`.
     Await { index: Index, term: Term, reply: ProposeReply },
+    /// The keep-alives carried by the tick proposed at `index` in `term`
+    /// wait for it, in its order.
+    AwaitRenewals { index: Index, term: Term, replies: Vec<ProposeReply> },
     /// Committed entries, in log order.
     Apply(Vec<wasmraft_raft::Entry>),
     /// Make a snapshot from the leader current; answer on `done`.
@@ -66,6 +69,8 @@ pub(crate) struct ApplyWorker {
     pub events: broadcast::Sender<Arc<EntryEvent>>,
     pub status: Arc<Mutex<NodeStatus>>,
     pub waiters: BTreeMap<Index, (Term, ProposeReply)>,
+    /// Keep-alives waiting for the tick that carries them.
+    pub renewal_waiters: BTreeMap<Index, (Term, Vec<ProposeReply>)>,
     pub last_applied: LogId,
     pub sessions: Sessions,
     /// Snapshot after this many applied entries (0: never).
@@ -136,6 +141,15 @@ impl ApplyWorker {
                     self.waiters.insert(index, (term, reply));
                 }
             }
+            ApplyTask::AwaitRenewals { index, term, replies } => {
+                if index <= self.last_applied.index {
+                    for reply in replies {
+                        let _ = reply.send(Err(Error::ProposalDropped));
+                    }
+                } else {
+                    self.renewal_waiters.insert(index, (term, replies));
+                }
+            }
             ApplyTask::InstallSnapshot { meta, data, done } => {
                 let result = self.install_snapshot(meta, data);
                 let failed = result.is_err();
@@ -193,6 +207,9 @@ impl ApplyWorker {
         for (_, (_, reply)) in std::mem::take(&mut self.waiters) {
             let _ = reply.send(Err(Error::Fatal(fatal.clone())));
         }
+        for reply in std::mem::take(&mut self.renewal_waiters).into_values().flat_map(|(_, r)| r) {
+            let _ = reply.send(Err(Error::Fatal(fatal.clone())));
+        }
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), String> {
@@ -238,6 +255,10 @@ impl ApplyWorker {
             if let Some((_, reply)) = self.waiters.remove(&i) {
                 let _ = reply.send(Err(Error::ProposalDropped));
             }
+        }
+        let later = self.renewal_waiters.split_off(&Index(meta.last.index.0 + 1));
+        for reply in std::mem::replace(&mut self.renewal_waiters, later).into_values().flat_map(|(_, r)| r) {
+            let _ = reply.send(Err(Error::ProposalDropped));
         }
         self.publish_stored_wake_up()?;
         self.status.lock().applied = meta.last.index.0;
@@ -455,6 +476,10 @@ impl ApplyWorker {
             if let Some((_, reply)) = self.waiters.remove(&i) {
                 let _ = reply.send(Err(Error::ProposalDropped));
             }
+        }
+        let later = self.renewal_waiters.split_off(&Index(last.0 + 1));
+        for reply in std::mem::replace(&mut self.renewal_waiters, later).into_values().flat_map(|(_, r)| r) {
+            let _ = reply.send(Err(Error::ProposalDropped));
         }
         for ev in events {
             let _ = self.events.send(Arc::new(ev));

@@ -11,6 +11,8 @@ use wasmraft_runtime::{EntryError, StateView, TickInput, TimerRecord};
 use wasmraft_storage::{AppliedRecords, StateWrite};
 
 use crate::apply::ApplyWorker;
+use crate::error::Error;
+use crate::node::Applied;
 use crate::metrics::bump;
 use crate::state_machine::StorageView;
 
@@ -53,6 +55,15 @@ impl ApplyWorker {
             self.wake.failed_at(at.index.0);
         }
         self.last_applied = at;
+        if let Some((term, replies)) = self.renewal_waiters.remove(&at.index) {
+            for (reply, answer) in replies.into_iter().zip(batch.renewed) {
+                let _ = reply.send(if term != at.term {
+                    Err(Error::ProposalDropped)
+                } else {
+                    answer.map(|response| Applied { index: at.index.0, response }).map_err(Error::from)
+                });
+            }
+        }
         self.finish_applied(at.index, batch.events);
         Ok(())
     }

@@ -404,6 +404,7 @@ impl Node {
             events: events_tx.clone(),
             status: status.clone(),
             waiters: BTreeMap::new(),
+            renewal_waiters: BTreeMap::new(),
             last_applied: applied,
             sessions: Sessions::load(storage.sessions()?).map_err(StartError::Recovery)?,
             snapshot_entries: config.snapshot_entries,
@@ -570,6 +571,21 @@ impl Node {
             sequence,
             reply,
         })?;
+        self.wait(rx).await?
+    }
+
+    /// Renews `key`, a keep-alive in the plugin's own terms (a lease id):
+    /// the leader takes it at log time now, the next tick carries it to
+    /// every replica's `tick` (batched: at most 20 ticks a second), and the
+    /// plugin's answer comes back once that tick applied. Leader only.
+    pub async fn renew(&self, key: Vec<u8>) -> Result<Applied, Error> {
+        self.check_alive()?;
+        if key.len() > u16::MAX as usize {
+            return Err(Error::Invalid(format!("a renewal key of {} bytes; at most {}", key.len(), u16::MAX)));
+        }
+        self.await_leader().await?;
+        let (reply, rx) = oneshot::channel();
+        self.send(LoopMsg::Renew { key, reply })?;
         self.wait(rx).await?
     }
 

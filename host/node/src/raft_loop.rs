@@ -51,6 +51,12 @@ pub(crate) enum LoopMsg {
         peer: NodeId,
         ok: bool,
     },
+    /// A keep-alive for `key`: the leader takes it at log time now, and
+    /// the next tick carries it (see `timers::Ticker`).
+    Renew {
+        key: Vec<u8>,
+        reply: ProposeReply,
+    },
     /// A node-level command (see `system`), replicated like any other.
     ProposeSystem {
         data: Vec<u8>,
@@ -268,6 +274,7 @@ impl<T: Transport> RaftLoop<T> {
         let mut proposals = Vec::new();
         let mut reads = Vec::new();
         let mut lease_reads = Vec::new();
+        let mut renewals = Vec::new();
         let mut turn_messages = 0usize;
         let mut held = std::collections::VecDeque::new();
         // A Ready's writes may be in flight meanwhile (see `handle_readies`):
@@ -324,6 +331,7 @@ impl<T: Transport> RaftLoop<T> {
                 } => proposals.push((command, client_id, sequence, reply)),
                 LoopMsg::ReadIndex { reply } => reads.push(reply),
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
+                LoopMsg::Renew { key, reply } => renewals.push((key, reply)),
                 LoopMsg::Step(m) => {
                     self.peer_inbox.release(&m);
                     let from = m.from.0;
@@ -446,6 +454,7 @@ impl<T: Transport> RaftLoop<T> {
             return Flow::Stop;
         }
         self.propose(proposals, wall_ms);
+        self.take_renewals(renewals, now, wall_ms);
         self.propose_tick(now, wall_ms);
         self.read_index(reads, now);
         if let Err(e) = self.handle_readies(persisted) {
@@ -614,17 +623,56 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    /// Proposes a tick of the plugin's timer, if one is due.
+    /// Keep-alives, taken at log time now if this node leads (the next
+    /// tick carries them), else answered "not the leader".
+    fn take_renewals(&mut self, renewals: Vec<(Vec<u8>, ProposeReply)>, now: Instant, wall_ms: u64) {
+        if renewals.is_empty() {
+            return;
+        }
+        let (role, term) = self.raw.role_and_term();
+        if role != Role::Leader {
+            let err = self.not_leader();
+            for (_, reply) in renewals {
+                let _ = reply.send(Err(err.clone()));
+            }
+            return;
+        }
+        let at = self.stamp_clock.stamp(term.0, now, wall_ms);
+        for (key, reply) in renewals {
+            self.ticker.renewal(key, at, reply);
+        }
+    }
+
+    /// Proposes a tick of the plugin's timer, if one is due. The replies
+    /// of the keep-alives it carries wait in the apply worker.
     fn propose_tick(&mut self, now: Instant, wall_ms: u64) {
         let (role, term) = self.raw.role_and_term();
+        if role != Role::Leader {
+            let err = self.not_leader();
+            for reply in self.ticker.abandon() {
+                let _ = reply.send(Err(err.clone()));
+            }
+        }
         let raw = &self.raw;
-        let Some(tick) = self.ticker.due(role, term.0, || raw.status().last_index.0, &mut self.stamp_clock, now, wall_ms)
+        let Some((tick, replies)) =
+            self.ticker.due(role, term.0, || raw.status().last_index.0, &mut self.stamp_clock, now, wall_ms)
         else {
             return;
         };
         match self.raw.propose(vec![tick.encode()]) {
-            Ok(range) => self.ticker.proposed(range.start.0, now),
-            Err(e) => tracing::debug!(error = %e, "a tick was not proposed"),
+            Ok(range) => {
+                self.ticker.proposed(range.start.0, now);
+                // Registered before the entry can commit (a later Ready).
+                if !replies.is_empty() {
+                    self.apply.send(ApplyTask::AwaitRenewals { index: range.start, term, replies });
+                }
+            }
+            Err(e) => {
+                let err = propose_error(e);
+                for reply in replies {
+                    let _ = reply.send(Err(err.clone()));
+                }
+            }
         }
     }
 

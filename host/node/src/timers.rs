@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use wasmraft_raft::{Entry, EntryPayload, Index, Role};
 use wasmraft_storage::Storage;
 
+use crate::raft_loop::ProposeReply;
 use crate::system::SystemCommand;
 
 /// The most a new leader moves log time towards its own wall clock: a
@@ -131,6 +132,8 @@ pub(crate) struct Ticker {
     in_flight: Option<u64>,
     last_proposed: Option<Instant>,
     retry_at: Option<Instant>,
+    /// Keep-alives taken and not yet carried by a tick: key, log time taken.
+    pending: Vec<(Vec<u8>, u64, ProposeReply)>,
 }
 
 #[derive(Debug)]
@@ -147,6 +150,11 @@ struct Leading {
 pub const MIN_TICK_GAP: Duration = Duration::from_millis(10);
 /// How long the leader waits before it proposes again a tick that failed.
 pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+/// Keep-alives wait at most this long after the last tick for the next
+/// one: at most 20 ticks a second carry them, however many arrive.
+pub const RENEW_BATCH: Duration = Duration::from_millis(50);
+/// The most keep-alives one tick carries; the rest wait for the next.
+pub const MAX_RENEWALS_PER_TICK: usize = 4096;
 
 impl Ticker {
     pub fn new(wake: Arc<WakeUp>, election_timeout: Duration) -> Self {
@@ -158,7 +166,19 @@ impl Ticker {
             in_flight: None,
             last_proposed: None,
             retry_at: None,
+            pending: Vec::new(),
         }
+    }
+
+    /// Takes a keep-alive for `key`, at log time `at_ms`.
+    pub fn renewal(&mut self, key: Vec<u8>, at_ms: u64, reply: ProposeReply) {
+        self.pending.push((key, at_ms, reply));
+    }
+
+    /// The replies of keep-alives no tick will carry: this node stopped
+    /// leading.
+    pub fn abandon(&mut self) -> Vec<ProposeReply> {
+        self.pending.drain(..).map(|(_, _, reply)| reply).collect()
     }
 
     /// The apply side applied up to `index`.
@@ -176,7 +196,7 @@ impl Ticker {
         clock: &mut StampClock,
         now: Instant,
         wall_ms: u64,
-    ) -> Option<SystemCommand> {
+    ) -> Option<(SystemCommand, Vec<ProposeReply>)> {
         if role != Role::Leader {
             self.leading = None;
             self.in_flight = None;
@@ -202,12 +222,15 @@ impl Ticker {
         }
         let stamp = clock.stamp(term, now, wall_ms);
         let grace_until_ms = *leading.grace_until_ms.get_or_insert(stamp.saturating_add(self.election_timeout_ms));
-        let wake = self.wake.get()?;
         let waiting = |at: Option<Instant>| at.is_some_and(|at| now < at);
-        if stamp < wake || waiting(self.retry_at) || waiting(self.last_proposed.map(|p| p + MIN_TICK_GAP)) {
+        let wake_due = self.wake.get().is_some_and(|wake| wake <= stamp) && !waiting(self.retry_at);
+        let renewals_due = !self.pending.is_empty() && !waiting(self.last_proposed.map(|p| p + RENEW_BATCH));
+        if !(wake_due || renewals_due) || waiting(self.last_proposed.map(|p| p + MIN_TICK_GAP)) {
             return None;
         }
-        Some(SystemCommand::Tick { now_ms: stamp, grace_until_ms, renewals: Vec::new() })
+        let carried: Vec<_> = self.pending.drain(..self.pending.len().min(MAX_RENEWALS_PER_TICK)).collect();
+        let (renewals, replies) = carried.into_iter().map(|(key, at, reply)| ((key, at), reply)).unzip();
+        Some((SystemCommand::Tick { now_ms: stamp, grace_until_ms, renewals }, replies))
     }
 
     /// The tick `due` returned was proposed at `index`.
@@ -222,6 +245,10 @@ impl Ticker {
         let leading = self.leading.as_ref()?;
         if leading.grace_until_ms.is_none() || self.in_flight.is_some() {
             return None;
+        }
+        if !self.pending.is_empty() {
+            let since = self.last_proposed.map_or(RENEW_BATCH, |p| now.saturating_duration_since(p));
+            return Some(RENEW_BATCH.saturating_sub(since).max(MIN_TICK_GAP));
         }
         let wake = self.wake.get()?;
         let now_ms = clock.peek(leading.term, now)?;

@@ -142,3 +142,37 @@ async fn the_reminders_example_fires_what_is_due_on_every_replica() {
         assert_eq!(pending, expected, "node {}: {} should have fired", node.id(), String::from_utf8_lossy(&now));
     }
 }
+
+/// Keep-alives go to the leader, ride the next tick in batches (not an
+/// entry each), and come back with the plugin's answer once that tick
+/// applied; a follower refuses them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alives_ride_ticks_in_batches_and_get_the_plugins_answer() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), &component("fixture_timer"), fast).unwrap();
+    let leader = cluster.leader().await.unwrap();
+    assert_eq!(leader.propose(b"lease a".to_vec()).await.unwrap(), b"ok");
+    let renewed = leader.renew(b"a".to_vec()).await.unwrap();
+    assert_eq!(renewed.response, b"a");
+    let refused = leader.renew(b"b".to_vec()).await.unwrap_err();
+    assert!(matches!(&refused, wasmraft_node::Error::Rejected(m) if m.contains("not leased")), "{refused:?}");
+    let follower = cluster.nodes().into_iter().find(|n| n.id() != leader.id()).unwrap();
+    let e = follower.renew(b"a".to_vec()).await.unwrap_err();
+    assert!(matches!(e, wasmraft_node::Error::NotLeader { .. }), "{e:?}");
+
+    let ticks = || leader.metrics().ticks.load(Relaxed);
+    let before = ticks();
+    let mut tasks = Vec::new();
+    for _ in 0..40 {
+        let leader = leader.clone();
+        tasks.push(tokio::spawn(async move { leader.renew(b"a".to_vec()).await }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().response, b"a");
+    }
+    let used = ticks() - before;
+    assert!((1..=10).contains(&used), "40 keep-alives took {used} ticks");
+    // Keep-alives alone set no wake-up.
+    assert_eq!(leader.query(b"timer".to_vec(), Consistency::Eventual).await.unwrap(), b"none");
+}

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use wasmraft_proto::v1::client_client::ClientClient;
-pub use wasmraft_proto::v1::{Consistency, ProposeResponse, StatusResponse, WatchEvent};
-use wasmraft_proto::v1::{ProposeRequest, QueryRequest, StatusRequest, WatchRequest};
+pub use wasmraft_proto::v1::{Consistency, ProposeResponse, RenewResponse, StatusResponse, WatchEvent};
+use wasmraft_proto::v1::{ProposeRequest, QueryRequest, RenewRequest, StatusRequest, WatchRequest};
 use wasmraft_proto::{ERROR_KEY, LEADER_KEY};
 
 /// A request failed.
@@ -374,25 +374,37 @@ impl Client {
     pub async fn propose(&mut self, command: Vec<u8>) -> Result<ProposeResponse, ClientError> {
         self.sequence += 1;
         let (client_id, sequence) = (self.session, self.sequence);
+        self.retrying("a proposal", |mut c| {
+            let command = command.clone();
+            async move { c.propose(ProposeRequest { command, client_id, sequence }).await }
+        })
+        .await
+    }
+
+    /// Sends a keep-alive for `key` (a `wasmraft:plugin@0.2.0` plugin's
+    /// `tick` answers it) and returns the plugin's answer; retried like a
+    /// proposal (a keep-alive taken twice renews twice, which is harmless).
+    pub async fn renew(&mut self, key: Vec<u8>) -> Result<RenewResponse, ClientError> {
+        self.retrying("a keep-alive", |mut c| {
+            let key = key.clone();
+            async move { c.renew(RenewRequest { key }).await }
+        })
+        .await
+    }
+
+    /// `call`, retried with backoff while the error is retryable and the
+    /// retry budget lasts, trying the next endpoint each time.
+    async fn retrying<T, F, Fut>(&mut self, what: &str, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(ClientClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let deadline = tokio::time::Instant::now() + self.retry_for;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let result = self
-                .call(|mut c| {
-                    let command = command.clone();
-                    async move {
-                        c.propose(ProposeRequest {
-                            command,
-                            client_id,
-                            sequence,
-                        })
-                        .await
-                    }
-                })
-                .await;
-            match result {
+            match self.call(&mut call).await {
                 Err(e) if retryable(&e) && tokio::time::Instant::now() + backoff < deadline => {
-                    tracing::debug!(error = %e, client_id, sequence, "retrying a proposal");
+                    tracing::debug!(error = %e, "retrying {what}");
                     if let Some(f) = &self.on_retry {
                         f(&e);
                     }
