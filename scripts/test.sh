@@ -19,8 +19,8 @@ echo "==> building the C, Python and JavaScript examples"
 cargo xtask examples
 
 echo "==> SDK doc tests and guest unit tests (native)"
-cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p bank -p wasmraft-kv
-cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p reminders --features wasmraft-sdk/timers
+cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p bank
+cargo test --manifest-path plugins/Cargo.toml --locked -p wasmraft-sdk -p reminders -p wasmraft-kv --features wasmraft-sdk/timers
 
 echo "==> workspace tests"
 cargo test --workspace --locked

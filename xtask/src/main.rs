@@ -51,8 +51,14 @@ fn plugins(root: &Path, update: bool) -> anyhow::Result<()> {
     // A plugin that enables the SDK's `timers` feature builds on its own:
     // built with the rest, cargo would unify the feature into every SDK
     // plugin, making them all wasmraft:plugin@0.2.0 ones.
-    build_guests(root, &ws, &["--workspace", "--exclude", TIMERS_EXAMPLE])?;
-    build_guests(root, &ws, &["-p", TIMERS_EXAMPLE])?;
+    let mut others = vec!["--workspace"];
+    let mut timers = Vec::new();
+    for package in WITH_TIMERS {
+        others.extend(["--exclude", package]);
+        timers.extend(["-p", package]);
+    }
+    build_guests(root, &ws, &others)?;
+    build_guests(root, &ws, &timers)?;
     let out = ws.join("target/wasm32-unknown-unknown/release");
     let components = ws.join("target/components");
     std::fs::create_dir_all(&components)?;
@@ -96,8 +102,8 @@ fn plugins(root: &Path, update: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The example built with the SDK's `timers` feature.
-const TIMERS_EXAMPLE: &str = "reminders";
+/// The plugins built with the SDK's `timers` feature.
+const WITH_TIMERS: [&str; 2] = ["reminders", "wasmraft-kv"];
 
 /// Builds `packages` of the guest workspace `ws` for wasm32.
 fn build_guests(root: &Path, ws: &Path, packages: &[&str]) -> anyhow::Result<()> {

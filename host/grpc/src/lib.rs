@@ -144,7 +144,7 @@ pub async fn serve(
                 .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
         )
         .add_service(WatchServer::new(etcd::EtcdWatch::new(serving.node.clone(), serving.etcd.progress_notify_interval)))
-        .add_service(LeaseServer::new(etcd::EtcdLease))
+        .add_service(LeaseServer::new(etcd::EtcdLease::new(serving.node.clone(), forwarder.clone())))
         .add_service(ClusterServer::new(etcd::EtcdCluster::new(serving.node.clone(), forwarder.clone())))
         .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder, space)));
     let peer_router = tonic::transport::Server::builder()

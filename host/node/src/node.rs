@@ -872,6 +872,11 @@ impl Node {
         Ok((plugin.info().clone(), applied.index))
     }
 
+    /// The election timeout (ticks times the tick interval).
+    pub fn election_timeout(&self) -> std::time::Duration {
+        self.inner.config.tick_interval * self.inner.config.election_ticks as u32
+    }
+
     /// This node's current term (without a whole [`NodeStatus`]).
     pub fn term(&self) -> u64 {
         self.inner.status.lock().term

@@ -20,6 +20,9 @@
 mod alarms;
 mod history;
 mod keyspace;
+#[cfg(test)]
+mod lease_tests;
+mod leases;
 mod ops;
 #[cfg(test)]
 mod tests;
@@ -45,7 +48,7 @@ use pb::kvplugin::request::Request as KvRequest;
 use pb::kvplugin::response::Response as KvResponse;
 use pb::kvplugin::{Request, Response};
 use prost::Message;
-use wasmraft_sdk::{ApplyError, Entry, PluginInfo, QueryError, StateMachine};
+use wasmraft_sdk::{ApplyError, Entry, PluginInfo, QueryError, StateMachine, Tick};
 
 use crate::keyspace::Revision;
 
@@ -92,6 +95,10 @@ impl StateMachine for Kv {
             }
             Err(KvRequest::RequestCompaction(c)) => KvResponse::ResponseCompaction(history::compact(&c, &rev)?),
             Err(KvRequest::RequestAlarm(a)) => KvResponse::ResponseAlarm(alarms::change(&a, &rev)?),
+            Err(KvRequest::RequestLeaseGrant(g)) => {
+                KvResponse::ResponseLeaseGrant(leases::grant(&g, entry.index, entry.timestamp_ms, &rev)?)
+            }
+            Err(KvRequest::RequestLeaseRevoke(r)) => KvResponse::ResponseLeaseRevoke(leases::revoke(&r, &mut rev)?),
             Err(_) => return Err(ApplyError::invalid("a query, not a command: send it as a query")),
         };
         history::remove_compacted_step(&rev);
@@ -110,9 +117,19 @@ impl StateMachine for Kv {
             Err(KvRequest::RequestEvents(r)) => KvResponse::ResponseEvents(history::events(&r, &rev)),
             Err(KvRequest::RequestHash(r)) => KvResponse::ResponseHash(history::hash(&r, &rev)?),
             Err(KvRequest::RequestAlarm(a)) => KvResponse::ResponseAlarm(alarms::get(&a, &rev)?),
-            Err(_) => return Err(QueryError::invalid("a compaction writes: propose it instead")),
+            Err(KvRequest::RequestLeaseTimeToLive(q)) => KvResponse::ResponseLeaseTimeToLive(leases::time_to_live(
+                &q.request.unwrap_or_default(),
+                q.now_ms,
+                &rev,
+            )),
+            Err(KvRequest::RequestLeaseLeases(_)) => KvResponse::ResponseLeaseLeases(leases::leases(&rev)),
+            Err(_) => return Err(QueryError::invalid("this request writes: propose it instead")),
         };
         Ok(encode(response))
+    }
+
+    fn tick(tick: &Tick) -> Result<Vec<Result<Vec<u8>, ApplyError>>, ApplyError> {
+        Ok(leases::tick(tick).into_iter().map(|r| r.map_err(ApplyError::from)).collect())
     }
 
     fn migrate(previous: &PluginInfo) -> Result<(), ApplyError> {

@@ -42,7 +42,6 @@ pub(crate) fn header(rev: &Revision) -> Option<ResponseHeader> {
 
 pub(crate) const ERR_EMPTY_KEY: &str = "etcdserver: key is not provided";
 pub(crate) const ERR_KEY_NOT_FOUND: &str = "etcdserver: key not found";
-const ERR_LEASE_NOT_FOUND: &str = "etcdserver: requested lease not found";
 
 /// etcd's checkRangeRequest: what no range may hold, whatever the state.
 pub(crate) fn check_range(r: &RangeRequest) -> Result<(), KvError> {
@@ -70,14 +69,14 @@ pub(crate) fn check_put(r: &PutRequest) -> Result<(), KvError> {
 }
 
 /// etcd's checkPut, which a txn runs on the puts of its path against the
-/// state before it writes: an ignored value or lease needs the key, and
-/// no lease exists.
+/// state before it writes: an ignored value or lease needs the key, and a
+/// lease must exist.
 pub(crate) fn check_put_state(r: &PutRequest) -> Result<(), KvError> {
     if (r.ignore_value || r.ignore_lease) && keyspace::count(&r.key, &[]) == 0 {
         return Err(KvError::Rejected(ERR_KEY_NOT_FOUND));
     }
-    if r.lease != 0 {
-        return Err(KvError::Rejected(ERR_LEASE_NOT_FOUND));
+    if r.lease != 0 && !crate::leases::exists(r.lease) {
+        return Err(KvError::Rejected(crate::leases::ERR_LEASE_NOT_FOUND));
     }
     Ok(())
 }
@@ -157,9 +156,7 @@ fn sort(kvs: &mut [KeyValue], target: SortTarget, order: SortOrder) {
 pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvError> {
     check_put(r)?;
     // etcd's Put looks the lease up before the key.
-    if r.lease != 0 {
-        return Err(KvError::Rejected(ERR_LEASE_NOT_FOUND));
-    }
+    crate::leases::check_attach(r.lease, &r.key)?;
     let prev = keyspace::get(&r.key);
     if (r.ignore_value || r.ignore_lease) && prev.is_none() {
         return Err(KvError::Rejected(ERR_KEY_NOT_FOUND));
@@ -168,6 +165,8 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
         (Some(p), true) => p.value.clone(),
         _ => r.value.clone(),
     };
+    let old_lease = prev.as_ref().map_or(0, |p| p.lease);
+    let lease = if r.ignore_lease { old_lease } else { r.lease };
     let revision = rev.write();
     let kv = KeyValue {
         key: r.key.clone(),
@@ -175,9 +174,10 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
         mod_revision: revision,
         version: prev.as_ref().map_or(1, |p| p.version + 1),
         value,
-        lease: 0,
+        lease,
     };
     keyspace::put(&kv, rev);
+    crate::leases::reattach(&r.key, old_lease, lease);
     emit(EventType::Put, kv, prev.clone());
     Ok(PutResponse { header: header(rev), prev_kv: if r.prev_kv { prev } else { None } })
 }
@@ -194,6 +194,7 @@ pub(crate) fn delete_range(
         let revision = rev.write();
         for kv in &doomed {
             keyspace::delete(&kv.key, rev);
+            crate::leases::reattach(&kv.key, kv.lease, 0);
             let tombstone = KeyValue { key: kv.key.clone(), mod_revision: revision, ..Default::default() };
             emit(EventType::Delete, tombstone, Some(kv.clone()));
         }

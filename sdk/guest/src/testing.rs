@@ -62,6 +62,8 @@ pub struct Event {
 pub struct TestHost<S> {
     next_index: u64,
     now_ms: u64,
+    #[cfg_attr(not(feature = "timers"), allow(dead_code))]
+    grace_until_ms: u64,
     events: Vec<Event>,
     _plugin: PhantomData<fn() -> S>,
 }
@@ -78,7 +80,7 @@ impl<S: StateMachine> TestHost<S> {
     pub fn new() -> Self {
         memory::reset();
         crate::events::take();
-        Self { next_index: 1, now_ms: 1_700_000_000_000, events: Vec::new(), _plugin: PhantomData }
+        Self { next_index: 1, now_ms: 1_700_000_000_000, grace_until_ms: 0, events: Vec::new(), _plugin: PhantomData }
     }
 
     /// Applies one entry holding `command`, as a committed entry would be.
@@ -122,6 +124,13 @@ impl<S: StateMachine> TestHost<S> {
         self.now_ms = now_ms;
     }
 
+    /// Sets the `grace_until_ms` the next ticks carry (a new leader's start
+    /// plus an election timeout; 0 unless set).
+    #[cfg(feature = "timers")]
+    pub fn set_grace_until_ms(&mut self, grace_until_ms: u64) {
+        self.grace_until_ms = grace_until_ms;
+    }
+
     /// Moves log time to `now_ms` (never back) and, if the plugin's
     /// wake-up is due by then, applies a tick as the host would; its
     /// outcome, or `None` if nothing was due (the `timers` feature).
@@ -143,7 +152,7 @@ impl<S: StateMachine> TestHost<S> {
     #[cfg(feature = "timers")]
     fn run_tick(&mut self, renewals: Vec<crate::Renewal>) -> Result<Vec<Result<Vec<u8>, ApplyError>>, ApplyError> {
         let tick =
-            crate::Tick { index: self.next_index, term: 1, now_ms: self.now_ms, grace_until_ms: 0, renewals };
+            crate::Tick { index: self.next_index, term: 1, now_ms: self.now_ms, grace_until_ms: self.grace_until_ms, renewals };
         self.next_index += 1;
         let outcome = memory::atomically(|| S::tick(&tick));
         let events = crate::events::take();
