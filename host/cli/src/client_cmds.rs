@@ -170,6 +170,10 @@ pub struct PutArgs {
     /// Read the value from this file (any bytes, up to the request limit).
     #[arg(long, value_name = "PATH")]
     pub from_file: Option<std::path::PathBuf>,
+    /// Attach the key to this lease (its hex id, from `wasmraft lease grant`):
+    /// the key is deleted when the lease expires or is revoked.
+    #[arg(long, value_name = "ID")]
+    pub lease: Option<String>,
     #[command(flatten)]
     pub endpoints: Endpoints,
 }
@@ -351,10 +355,11 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
         (Some(v), None) => v.clone().into_bytes(),
         (None, None) => bail!("give a VALUE, `-` to read it from standard input, or --from-file PATH"),
     };
+    let lease = a.lease.as_deref().map(crate::lease_cmd::parse_id).transpose()?.unwrap_or(0);
     let r = a
         .endpoints
         .client()?
-        .propose(kv::put(&a.key, &value))
+        .propose(kv::put_with_lease(&a.key, &value, lease))
         .await?;
     match kv::decode(&r.result)? {
         Response::ResponsePut(_) => println!("OK"),

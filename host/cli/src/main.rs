@@ -5,6 +5,7 @@ mod client_cmds;
 mod config;
 mod dev;
 mod kv;
+mod lease_cmd;
 mod logging;
 mod plugin_cmds;
 mod plugin_new;
@@ -46,7 +47,7 @@ enum Command {
     /// Store VALUE under KEY (KV plugin); `-` reads the value from standard
     /// input, `--from-file PATH` from a file (values of any size up to the
     /// request limit, any bytes).
-    #[command(after_help = "Examples:\n  wasmraft put greeting hello\n  wasmraft put config/app.json --from-file app.json\n  tar c dir | wasmraft put backups/dir.tar -")]
+    #[command(after_help = "Examples:\n  wasmraft put greeting hello\n  wasmraft put config/app.json --from-file app.json\n  tar c dir | wasmraft put backups/dir.tar -\n  wasmraft put svc/web 10.0.0.7 --lease 694d77aa9e38260f")]
     Put(client_cmds::PutArgs),
     /// Print the value of KEY, or with --prefix every key and value under it (KV plugin).
     Get(client_cmds::GetArgs),
@@ -72,6 +73,9 @@ enum Command {
     /// Propose a raw command to any plugin and print its response.
     #[command(after_help = "Examples:\n  wasmraft propose \"deposit alice 10\"     # a text command for the running plugin\n  printf '\\x01\\x02' | wasmraft propose --stdin")]
     Propose(client_cmds::ProposeArgs),
+    /// Grant, revoke, keep alive and inspect etcd leases (KV plugin).
+    #[command(subcommand)]
+    Lease(lease_cmd::LeaseCommand),
     /// Send a keep-alive for KEY to a plugin with timers and print its answer.
     #[command(after_help = "Example:\n  wasmraft renew session-7     # the plugin's tick answers it; batched with others into one entry")]
     Renew(client_cmds::RenewArgs),
@@ -165,6 +169,7 @@ fn main() -> std::process::ExitCode {
             Command::Member(c) => client_cmds::member(c).await,
             Command::Propose(a) => client_cmds::propose(a).await,
             Command::Renew(a) => client_cmds::renew(a).await,
+            Command::Lease(c) => lease_cmd::lease(c).await,
             Command::Query(a) => client_cmds::query(a).await,
             Command::Plugin(c) => plugin_cmds::run(c).await,
             Command::Check(a) => plugin_cmds::check(a).await,

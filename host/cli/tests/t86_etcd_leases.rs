@@ -97,3 +97,32 @@ async fn etcdctl_leases_grant_attach_revoke_and_expire_once_keep_alives_stop() {
     assert!(gone >= Duration::from_millis(1300), "expired {gone:?} after the keep-alives stopped: before its TTL");
     println!("a 2 s lease expired {gone:?} after its keep-alives stopped");
 }
+
+/// `wasmraft lease` and `wasmraft put --lease`, printed as etcdctl prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasmraft_lease_commands_grant_attach_keep_alive_and_revoke() {
+    let _serial = serial();
+    let cluster = Cluster::start(3).await;
+    let all = cluster.endpoints(0).join(",");
+    let wasmraft = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_wasmraft")).args(args).env("WASMRAFT_ENDPOINTS", &all).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (success, out, err) = wasmraft(&["lease", "grant", "30"]);
+    assert!(success && out.ends_with(" granted with TTL(30s)\n"), "{out}{err}");
+    let id = lease_id(&out);
+    assert_eq!(wasmraft(&["put", "svc/web", "10.0.0.7", "--lease", &id]).1, "OK\n");
+    let (_, ttl, _) = wasmraft(&["lease", "ttl", &id, "--keys"]);
+    assert!(ttl.starts_with(&format!("lease {id} granted with TTL(30s), remaining(")) && ttl.ends_with("attached keys([svc/web])\n"), "{ttl}");
+    assert_eq!(wasmraft(&["lease", "list"]).1, format!("found 1 leases\n{id}\n"));
+    assert_eq!(wasmraft(&["lease", "keep-alive", &id, "--once"]).1, format!("lease {id} keepalived with TTL(30)\n"));
+    // etcdctl sees the same lease.
+    assert!(ok(&all, &["lease", "timetolive", &id, "--keys"]).contains("attached keys([svc/web])"));
+    assert_eq!(wasmraft(&["lease", "revoke", &id]).1, format!("lease {id} revoked\n"));
+    assert_eq!(ok(&all, &["get", "svc/web"]), "", "revoked with its lease");
+    assert_eq!(wasmraft(&["lease", "ttl", &id]).1, format!("lease {id} already expired\n"));
+    let (success, _, err) = wasmraft(&["put", "x", "1", "--lease", &id]);
+    assert!(!success && err.contains("requested lease not found"), "{err}");
+    let (success, _, err) = wasmraft(&["lease", "keep-alive", &id]);
+    assert!(!success && err.contains("expired or was revoked"), "{err}");
+}
