@@ -12,6 +12,7 @@
 //! It prints a progress line to stderr about once a second and, at the end,
 //! a summary to stdout (`--json`: one line of JSON). See `benches/README.md`.
 
+mod keepalive;
 mod keys;
 mod report;
 mod run;
@@ -108,6 +109,8 @@ enum Command {
     Put,
     /// Query ranges at a read consistency (etcd `RequestOp` Range).
     Range(RangeArgs),
+    /// Keep many etcd leases alive and report what it costs the server.
+    KeepAlive(keepalive::KeepAliveArgs),
 }
 
 #[derive(Args, Debug)]
@@ -221,6 +224,14 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
     if cli.target_leader {
         endpoints = vec![run::find_leader(&endpoints, cli.timeout, tls.as_ref()).await?];
     }
+    if let Command::KeepAlive(args) = &cli.command {
+        let mut channels = Vec::with_capacity(cli.conns);
+        for i in 0..cli.conns {
+            let endpoint = &endpoints[i % endpoints.len()];
+            channels.push(wasmraft_client::endpoint(endpoint, tls.as_ref())?.connect().await.with_context(|| format!("connecting to {endpoint}"))?);
+        }
+        return keepalive::run(channels, args, cli.quiet).await;
+    }
     let conns = run::connect(&endpoints, cli.conns, cli.timeout, tls.as_ref()).await?;
     let settings = |label: &str, total: u64| Settings {
         total,
@@ -264,12 +275,14 @@ async fn bench(cli: Cli) -> anyhow::Result<()> {
             }
             (workload, Some(args.consistency.letter().to_string()))
         }
+        Command::KeepAlive(_) => unreachable!("handled above"),
     };
 
     let info = RunInfo {
         workload: match cli.command {
             Command::Put => "put".into(),
             Command::Range(_) => "range".into(),
+            Command::KeepAlive(_) => unreachable!("handled above"),
         },
         consistency,
         endpoints,

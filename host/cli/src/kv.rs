@@ -10,12 +10,7 @@ pub fn encode(request: Request) -> Vec<u8> {
     RequestOp { request: Some(request) }.encode_to_vec()
 }
 
-#[cfg(test)]
-pub fn put(key: &str, value: &[u8]) -> Vec<u8> {
-    put_with_lease(key, value, 0)
-}
-
-/// A put attaching the key to `lease` (0: none).
+/// A put, attaching the key to `lease` (0: none).
 pub fn put_with_lease(key: &str, value: &[u8], lease: i64) -> Vec<u8> {
     encode(Request::RequestPut(PutRequest { key: key.into(), value: value.to_vec(), lease, ..Default::default() }))
 }

@@ -221,7 +221,7 @@
 //! With the `timers` feature the plugin is built for
 //! `wasmraft:plugin@0.2.0` and may ask to be woken at a log time: the
 //! `timer` module (`wake_at`, `cancel`, `next`, and `Deadlines`, an index of
-//! many deadlines that keeps the wake-up at the earliest) and
+//! many deadlines whose `rearm` sets the wake-up to the earliest) and
 //! `StateMachine::tick`, which every replica runs at the leader's tick
 //! entry once the wake-up is due. `plugins/examples/reminders` uses them.
 //!

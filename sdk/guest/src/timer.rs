@@ -6,8 +6,10 @@
 //! the replicated state: set by an entry (and undone if that entry fails),
 //! kept in snapshots, taken over by every later leader.
 //!
-//! A plugin with many deadlines keeps them in a [`Deadlines`] index, which
-//! sets the wake-up to the earliest:
+//! A plugin with many deadlines keeps them in a [`Deadlines`] index, and
+//! after changing it sets the wake-up to the earliest with
+//! [`Deadlines::rearm`] (once per entry or tick, not once per change: an
+//! entry may change thousands):
 //!
 //! ```
 //! use wasmraft_sdk::timer::{self, Deadlines};
@@ -15,12 +17,15 @@
 //! let expiries = Deadlines::new(b"expiry/");
 //! expiries.set(b"session-b", 2_000);
 //! expiries.set(b"session-a", 1_000);
+//! expiries.rearm();
 //! assert_eq!(timer::next(), Some(1_000));
 //! // At log time 1 500 one is due.
 //! assert_eq!(expiries.due(1_500, 10), [(1_000, b"session-a".to_vec())]);
 //! expiries.remove(b"session-a", 1_000);
+//! expiries.rearm();
 //! assert_eq!(timer::next(), Some(2_000));
 //! expiries.remove(b"session-b", 2_000);
+//! expiries.rearm();
 //! assert_eq!(timer::next(), None);
 //! ```
 
@@ -47,9 +52,9 @@ pub fn next() -> Option<u64> {
 }
 
 /// Deadlines kept in the store under one prefix, as
-/// `prefix ++ at_ms (8 bytes, big-endian) ++ key`, in time order. Every
-/// change sets the plugin's wake-up to the earliest deadline (or cancels
-/// it), so one `Deadlines` should own the wake-up of a plugin.
+/// `prefix ++ at_ms (8 bytes, big-endian) ++ key`, in time order.
+/// [`Deadlines::rearm`] sets the plugin's wake-up to the earliest (or
+/// cancels it), so one `Deadlines` should own the wake-up of a plugin.
 #[derive(Clone, Debug)]
 pub struct Deadlines {
     prefix: Vec<u8>,
@@ -72,13 +77,11 @@ impl Deadlines {
     /// Adds a deadline for `key` at `at_ms` (a key may have several).
     pub fn set(&self, key: &[u8], at_ms: u64) {
         crate::store::put(&self.record(key, at_ms), b"");
-        self.rearm();
     }
 
     /// Removes the deadline for `key` at `at_ms`, if there is one.
     pub fn remove(&self, key: &[u8], at_ms: u64) {
         crate::store::delete(&self.record(key, at_ms));
-        self.rearm();
     }
 
     /// Up to `limit` deadlines at or before `now_ms`, earliest first, as
@@ -103,7 +106,7 @@ impl Deadlines {
     }
 
     /// Sets the wake-up to the earliest deadline, or cancels it.
-    fn rearm(&self) {
+    pub fn rearm(&self) {
         match self.first() {
             Some((at, _)) if timer_differs(at) => wake_at(at),
             Some(_) => {}

@@ -28,6 +28,9 @@ use crate::forward::{Forwarder, forwarded, is_forwarded};
 /// etcd's largest lease TTL, in seconds.
 const MAX_TTL_S: i64 = 9_000_000_000;
 
+/// Keep-alives of one stream waiting for their tick at once.
+const KEEP_ALIVES_IN_FLIGHT: usize = 4096;
+
 /// The `etcdserverpb.Lease` service of one node.
 #[derive(Clone, Debug)]
 pub struct EtcdLease {
@@ -130,14 +133,20 @@ impl Lease for EtcdLease {
     ) -> Result<Response<KeepAliveStream>, Status> {
         require_kv(&self.node)?;
         let mut inbound = r.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let (node, forwarder) = (self.node.clone(), self.forwarder.clone());
         tokio::spawn(async move {
+            // Keep-alives wait for the leader's next tick: many at once, each
+            // answered when its tick applied (clients match answers by id).
+            let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(KEEP_ALIVES_IN_FLIGHT));
             while let Ok(Some(request)) = inbound.message().await {
-                let answer = keep_alive(&node, &forwarder, request.id).await;
-                if tx.send(answer).await.is_err() {
-                    break;
-                }
+                let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
+                let (node, forwarder, tx) = (node.clone(), forwarder.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let answer = keep_alive(&node, &forwarder, request.id).await;
+                    let _ = tx.send(answer).await;
+                    drop(permit);
+                });
             }
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))

@@ -39,6 +39,7 @@ impl StateMachine for Reminders {
                 let id = format!("{:016x}", entry.index);
                 store::put(&text_key(id.as_bytes()), format!("{at} {text}").as_bytes());
                 due().set(id.as_bytes(), at);
+                due().rearm();
                 Ok(id.into_bytes())
             }
             "cancel" => {
@@ -48,6 +49,7 @@ impl StateMachine for Reminders {
                 let at = String::from_utf8_lossy(&record).split(' ').next().unwrap_or_default().parse().unwrap_or(0);
                 store::delete(&text_key(rest.as_bytes()));
                 due().remove(rest.as_bytes(), at);
+                due().rearm();
                 Ok(b"cancelled".to_vec())
             }
             other => bail!(invalid, "unknown command {other:?}: remind AT TEXT | cancel ID"),
@@ -75,8 +77,9 @@ impl StateMachine for Reminders {
             store::delete(&text_key(id));
             due().remove(id, *at);
         }
-        // More than PER_TICK were due: `Deadlines` left the wake-up at the
-        // next one, already past, so the host ticks again at once.
+        // More than PER_TICK were due: the wake-up goes to the next one,
+        // already past, so the host ticks again at once.
+        due().rearm();
         Ok(tick.renewals.iter().map(|_| Err(ApplyError::rejected("reminders take no keep-alives"))).collect())
     }
 }
