@@ -6,6 +6,7 @@ mod config;
 mod dev;
 mod kv;
 mod lease_cmd;
+mod lock_cmd;
 mod logging;
 mod plugin_cmds;
 mod plugin_new;
@@ -73,6 +74,9 @@ enum Command {
     /// Propose a raw command to any plugin and print its response.
     #[command(after_help = "Examples:\n  wasmraft propose \"deposit alice 10\"     # a text command for the running plugin\n  printf '\\x01\\x02' | wasmraft propose --stdin")]
     Propose(client_cmds::ProposeArgs),
+    /// Run COMMAND while holding the lock NAME (KV plugin; etcd's mutex, so
+    /// `etcdctl lock` holders of NAME are excluded too).
+    Lock(lock_cmd::LockArgs),
     /// Grant, revoke, keep alive and inspect etcd leases (KV plugin).
     #[command(subcommand)]
     Lease(lease_cmd::LeaseCommand),
@@ -170,6 +174,7 @@ fn main() -> std::process::ExitCode {
             Command::Propose(a) => client_cmds::propose(a).await,
             Command::Renew(a) => client_cmds::renew(a).await,
             Command::Lease(c) => lease_cmd::lease(c).await,
+            Command::Lock(a) => lock_cmd::lock(a).await,
             Command::Query(a) => client_cmds::query(a).await,
             Command::Plugin(c) => plugin_cmds::run(c).await,
             Command::Check(a) => plugin_cmds::check(a).await,

@@ -1,8 +1,9 @@
 //! etcd's concurrency recipes over Wasmraft's leases, driven by etcdctl
-//! against `wasmraft run` processes: `etcdctl lock` gives mutual exclusion
-//! to five concurrent shell loops that append start and end lines to one
-//! file (no pair interleaves), also across a leader kill; `etcdctl elect`
-//! hands leadership over when the holder stops.
+//! and `wasmraft lock` against `wasmraft run` processes: `etcdctl lock`
+//! gives mutual exclusion to five concurrent shell loops that append start
+//! and end lines to one file (no pair interleaves), also across a leader
+//! kill, and so does a mix of `wasmraft lock` and `etcdctl lock` loops (one
+//! mutex); `etcdctl elect` hands leadership over when the holder stops.
 
 mod cluster;
 
@@ -22,14 +23,16 @@ impl Drop for Killed {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcdctl_lock_excludes_five_shell_loops_across_a_leader_kill() {
+/// Five shell loops, each taking the lock `shared` ROUNDS times through
+/// `locker(i)` (a command line that runs what follows it under the lock)
+/// to append a start and an end line to one file; the leader is killed
+/// meanwhile. No pair may interleave.
+async fn five_loops_under_one_lock(locker: impl Fn(usize, &str) -> String) {
     let _serial = serial();
     let mut cluster = Cluster::start(3).await;
     let all = cluster.endpoints(0).join(",");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("shared.log");
-    let etcdctl = etcdctl_path();
     const ROUNDS: usize = 6;
     let loops: Vec<Killed> = (0..5)
         .map(|i| {
@@ -37,8 +40,8 @@ async fn etcdctl_lock_excludes_five_shell_loops_across_a_leader_kill() {
             // a little and appends an end line.
             let body = format!("echo start {i} >> {f}; sleep 0.05; echo end {i} >> {f}", f = file.display());
             let script = format!(
-                "for r in $(seq {ROUNDS}); do {etcdctl} --endpoints={all} --dial-timeout=3s lock --ttl=5 shared -- sh -c '{body}' >/dev/null || echo failed >> {f}.errors; done",
-                etcdctl = etcdctl.display(),
+                "for r in $(seq {ROUNDS}); do {} sh -c '{body}' >/dev/null || echo failed >> {f}.errors; done",
+                locker(i, &all),
                 f = file.display()
             );
             Killed(Command::new("sh").args(["-c", &script]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
@@ -63,10 +66,28 @@ async fn etcdctl_lock_excludes_five_shell_loops_across_a_leader_kill() {
         assert!(start.is_some() && start == end, "interleaved under the lock:\n{text}");
     }
     let failed = std::fs::read_to_string(format!("{}.errors", file.display())).unwrap_or_default();
-    // A round may fail while the leader is down (etcdctl gives up before or
-    // after running its command); most pass.
+    // A round may fail while the leader is down (the client gives up before
+    // or after running its command); most pass.
     assert!(lines.len() / 2 <= 5 * ROUNDS && lines.len() / 2 + failed.lines().count() >= 5 * ROUNDS, "{text}\nfailed:\n{failed}");
     assert!(lines.len() / 2 >= 5 * ROUNDS - 5, "only {} rounds held the lock:\nfailed:\n{failed}", lines.len() / 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_excludes_five_shell_loops_across_a_leader_kill() {
+    let etcdctl = etcdctl_path();
+    five_loops_under_one_lock(|_, all| format!("{} --endpoints={all} --dial-timeout=3s lock --ttl=5 shared --", etcdctl.display())).await;
+}
+
+/// Three loops take the lock with `wasmraft lock`, two with `etcdctl lock`:
+/// one mutex for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasmraft_lock_and_etcdctl_lock_exclude_each_other() {
+    let etcdctl = etcdctl_path();
+    five_loops_under_one_lock(|i, all| match i {
+        0..3 => format!("{} lock --endpoints {all} --ttl 5 shared --", env!("CARGO_BIN_EXE_wasmraft")),
+        _ => format!("{} --endpoints={all} --dial-timeout=3s lock --ttl=5 shared --", etcdctl.display()),
+    })
+    .await;
 }
 
 /// `etcdctl elect NAME PROPOSAL`, its output lines gathered.
