@@ -1,7 +1,8 @@
 package main
 
 // The -api mode: every call an application makes through clientv3's KV,
-// Watch, Cluster and Maintenance interfaces, each checked against what
+// Watch, Cluster, Maintenance and Lease interfaces, and the concurrency
+// package's mutexes and elections (leases.go), each checked against what
 // etcd answers. It stops at the first difference.
 
 import (
@@ -62,6 +63,8 @@ func runAPI(endpoints []string) error {
 		{"watch", apiWatch},
 		{"cluster", apiCluster},
 		{"maintenance", apiMaintenance},
+		{"lease", apiLease},
+		{"concurrency", apiConcurrency},
 	}
 	for _, s := range steps {
 		if err := s.run(ctx, cli); err != nil {

@@ -98,7 +98,9 @@ async fn clientv3_stm_transfers_and_a_watcher_survive_leader_and_member_kills() 
 /// replaying history with prev kv and the no-delete filter, a progress
 /// request, a live event and a cancel; a learner added, updated, refused
 /// promotion and removed; status, alarms, equal HashKV on every member,
-/// defragment, a snapshot stream and a leader move (`api.go`).
+/// defragment, a snapshot stream and a leader move (`api.go`); leases
+/// (grant, attach, time to live, keep-alive, list, revoke) and the
+/// concurrency package's sessions, mutex and election (`leases.go`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_clientv3_call_answers_as_etcds() {
     let _serial = serial();
@@ -117,7 +119,7 @@ async fn every_clientv3_call_answers_as_etcds() {
     std::io::Read::read_to_string(&mut check.stderr.take().unwrap(), &mut stderr).unwrap();
     println!("{stdout}");
     assert!(status.success() && stdout.trim_end().ends_with("ok: every call answered as etcd's"), "{stdout}\n{stderr}");
-    for part in ["kv", "txn", "watch", "cluster", "maintenance"] {
+    for part in ["kv", "txn", "watch", "cluster", "maintenance", "lease", "concurrency"] {
         assert!(stdout.contains(&format!("checked {part}\n")), "{stdout}");
     }
 }
