@@ -144,52 +144,68 @@ pub async fn lease(command: LeaseCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Keep-alives every third of the TTL, as etcd's client sends them, on one
-/// endpoint's stream; a stream that breaks resumes on the next endpoint.
-/// Ends with an error once the lease is gone.
+/// `wasmraft lease keep-alive`: prints each answer; fails once the lease is
+/// gone or no endpoint renewed it for `--timeout`.
 async fn keep_alive(a: KeepAliveArgs) -> anyhow::Result<()> {
     let id = parse_id(&a.id)?;
     let endpoints = a.endpoints.channels().await?;
+    let outcome = keep_alive_loop(&endpoints, id, a.endpoints.timeout, |ttl| {
+        crate::client_cmds::print_line(format!("lease {id:x} keepalived with TTL({ttl})").as_bytes()) && !a.once
+    })
+    .await;
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(KeepAliveEnd::Expired) => bail!("lease {id:x} expired or was revoked"),
+        Err(KeepAliveEnd::Unreachable(d)) => bail!("no endpoint answered keep-alives for lease {id:x} for {d:?}"),
+    }
+}
+
+/// Why keep-alives stopped.
+pub enum KeepAliveEnd {
+    /// The lease is gone (expired or revoked).
+    Expired,
+    /// No endpoint renewed it for this long.
+    Unreachable(Duration),
+}
+
+/// Keeps lease `id` alive every third of its TTL, as etcd's client does, on
+/// one endpoint's stream; a stream that breaks resumes on the next endpoint.
+/// `on_answer(ttl)` says whether to go on. Ends when it says stop, the
+/// lease is gone, or no endpoint renewed it for `give_up`.
+pub async fn keep_alive_loop(
+    endpoints: &[(String, Channel)],
+    id: i64,
+    give_up: Duration,
+    mut on_answer: impl FnMut(i64) -> bool,
+) -> Result<(), KeepAliveEnd> {
     let mut turn = 0usize;
-    let mut failing_since: Option<std::time::Instant> = None;
+    let mut renewed = std::time::Instant::now();
     loop {
         let (name, channel) = &endpoints[turn % endpoints.len()];
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let stream = LeaseClient::new(channel.clone())
-            .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await;
-        let mut responses = match stream {
-            Ok(s) => s.into_inner(),
-            Err(s) => {
-                eprintln!("keep-alive on {name}: {}; trying the next endpoint", s.message());
-                turn += 1;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        loop {
-            if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
-                break;
-            }
-            match responses.message().await {
-                Ok(Some(r)) if r.ttl <= 0 => bail!("lease {id:x} expired or was revoked"),
-                Ok(Some(r)) => {
-                    failing_since = None;
-                    if !crate::client_cmds::print_line(format!("lease {id:x} keepalived with TTL({})", r.ttl).as_bytes())
-                        || a.once
-                    {
-                        return Ok(());
+        match LeaseClient::new(channel.clone()).lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
+            Ok(stream) => {
+                let mut responses = stream.into_inner();
+                while tx.send(LeaseKeepAliveRequest { id }).await.is_ok() {
+                    match responses.message().await {
+                        Ok(Some(r)) if r.ttl <= 0 => return Err(KeepAliveEnd::Expired),
+                        Ok(Some(r)) => {
+                            renewed = std::time::Instant::now();
+                            if !on_answer(r.ttl) {
+                                return Ok(());
+                            }
+                            tokio::time::sleep(Duration::from_millis((r.ttl.max(1) as u64 * 1000) / 3)).await;
+                        }
+                        Ok(None) | Err(_) => break,
                     }
-                    tokio::time::sleep(Duration::from_millis((r.ttl.max(1) as u64 * 1000) / 3)).await;
                 }
-                Ok(None) | Err(_) => break,
+                eprintln!("keep-alive stream on {name} ended; resuming on the next endpoint");
             }
+            Err(s) => eprintln!("keep-alive on {name}: {}; trying the next endpoint", s.message()),
         }
-        let since = *failing_since.get_or_insert_with(std::time::Instant::now);
-        if since.elapsed() > a.endpoints.timeout {
-            bail!("no endpoint answered keep-alives for lease {id:x} for {:?}", a.endpoints.timeout);
+        if renewed.elapsed() > give_up {
+            return Err(KeepAliveEnd::Unreachable(give_up));
         }
-        eprintln!("keep-alive stream on {name} ended; resuming on the next endpoint");
         turn += 1;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -16,8 +16,8 @@ use wasmraft_proto::etcdserverpb::lease_client::LeaseClient;
 use wasmraft_proto::etcdserverpb::request_op::Request;
 use wasmraft_proto::etcdserverpb::response_op::Response;
 use wasmraft_proto::etcdserverpb::{
-    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, PutRequest,
-    RangeRequest, RequestOp, TxnRequest,
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp,
+    TxnRequest,
 };
 
 use crate::client_cmds::Endpoints;
@@ -50,7 +50,7 @@ pub async fn lock(a: LockArgs) -> anyhow::Result<()> {
         .map_err(crate::client_cmds::status_error)?
         .into_inner();
     let (lost_tx, mut lost) = tokio::sync::watch::channel(false);
-    let keeper = tokio::spawn(keep_alive(channels.iter().map(|(_, c)| c.clone()).collect(), lease.id, lease.ttl, lost_tx));
+    let keeper = tokio::spawn(keep_alive(channels.clone(), lease.id, lease.ttl, lost_tx));
     let key = format!("{}/{:x}", a.name, lease.id);
     let outcome = hold(&mut client, &a, &key, lease.id, &mut lost).await;
     keeper.abort();
@@ -160,37 +160,10 @@ async fn hold(
     }
 }
 
-/// Keeps the lease alive every third of its TTL, on any endpoint; says
-/// `lost` once it is gone or no endpoint renewed it within its TTL.
-async fn keep_alive(channels: Vec<tonic::transport::Channel>, id: i64, ttl: i64, lost: tokio::sync::watch::Sender<bool>) {
-    let period = Duration::from_millis((ttl.max(1) as u64 * 1000) / 3);
-    let mut renewed = tokio::time::Instant::now();
-    let mut turn = 0usize;
-    loop {
-        let mut client = LeaseClient::new(channels[turn % channels.len()].clone());
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        if let Ok(stream) = client.lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
-            let mut answers = stream.into_inner();
-            loop {
-                if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
-                    break;
-                }
-                match answers.message().await {
-                    Ok(Some(r)) if r.ttl > 0 => renewed = tokio::time::Instant::now(),
-                    Ok(Some(_)) => {
-                        let _ = lost.send(true);
-                        return;
-                    }
-                    _ => break,
-                }
-                tokio::time::sleep(period).await;
-            }
-        }
-        if renewed.elapsed() > Duration::from_secs(ttl.max(1) as u64) {
-            let _ = lost.send(true);
-            return;
-        }
-        turn += 1;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+/// Keeps the lease alive; says `lost` once it is gone or no endpoint
+/// renewed it within its TTL.
+async fn keep_alive(endpoints: Vec<(String, tonic::transport::Channel)>, id: i64, ttl: i64, lost: tokio::sync::watch::Sender<bool>) {
+    let ttl = Duration::from_secs(ttl.max(1) as u64);
+    let _ = crate::lease_cmd::keep_alive_loop(&endpoints, id, ttl, |_| true).await;
+    let _ = lost.send(true);
 }

@@ -186,6 +186,20 @@ impl ApplyWorker {
         Flow::Continue
     }
 
+    /// Answers "dropped" to the proposals and keep-alives still waiting at
+    /// or below `last`: their entries never came (a replaced log suffix), or
+    /// a snapshot covered them.
+    fn drop_waiters_through(&mut self, last: Index) {
+        let later = self.waiters.split_off(&Index(last.0.saturating_add(1)));
+        for (_, reply) in std::mem::replace(&mut self.waiters, later).into_values() {
+            let _ = reply.send(Err(Error::ProposalDropped));
+        }
+        let later = self.renewal_waiters.split_off(&Index(last.0.saturating_add(1)));
+        for reply in std::mem::replace(&mut self.renewal_waiters, later).into_values().flat_map(|(_, r)| r) {
+            let _ = reply.send(Err(Error::ProposalDropped));
+        }
+    }
+
     /// Nothing is queued: prepare the state machine's next call.
     pub fn idle(&mut self) -> Flow {
         match self.state_machine.idle() {
@@ -250,16 +264,7 @@ impl ApplyWorker {
         self.snapshot_index = meta.last.index.0;
         // Proposals waiting at covered indexes were decided by the leader's
         // log; their outcome is not known here.
-        let covered: Vec<Index> = self.waiters.range(..=meta.last.index).map(|(i, _)| *i).collect();
-        for i in covered {
-            if let Some((_, reply)) = self.waiters.remove(&i) {
-                let _ = reply.send(Err(Error::ProposalDropped));
-            }
-        }
-        let later = self.renewal_waiters.split_off(&Index(meta.last.index.0 + 1));
-        for reply in std::mem::replace(&mut self.renewal_waiters, later).into_values().flat_map(|(_, r)| r) {
-            let _ = reply.send(Err(Error::ProposalDropped));
-        }
+        self.drop_waiters_through(meta.last.index);
         self.publish_stored_wake_up()?;
         self.status.lock().applied = meta.last.index.0;
         self.applied.send_replace(meta.last.index.0);
@@ -471,16 +476,7 @@ impl ApplyWorker {
     /// entries never came (a replaced log suffix), publishes `events`, and
     /// tells the node and the Raft loop.
     pub(crate) fn finish_applied(&mut self, last: Index, events: Vec<EntryEvent>) {
-        let stale: Vec<Index> = self.waiters.range(..=last).map(|(i, _)| *i).collect();
-        for i in stale {
-            if let Some((_, reply)) = self.waiters.remove(&i) {
-                let _ = reply.send(Err(Error::ProposalDropped));
-            }
-        }
-        let later = self.renewal_waiters.split_off(&Index(last.0 + 1));
-        for reply in std::mem::replace(&mut self.renewal_waiters, later).into_values().flat_map(|(_, r)| r) {
-            let _ = reply.send(Err(Error::ProposalDropped));
-        }
+        self.drop_waiters_through(last);
         for ev in events {
             let _ = self.events.send(Arc::new(ev));
         }

@@ -183,15 +183,30 @@ impl Applier {
     /// One `apply` call with a fresh fuel budget. `Ok(Err(trap))` is a guest
     /// fault (the instance is replaced before the next call).
     fn call(&mut self, entries: &[EntryInput]) -> Result<Result<Vec<WitOutcome>, String>, Fatal> {
+        let at = match entries {
+            [only] => Some((only.index, only.term, only.timestamp_ms)),
+            _ => None,
+        };
+        self.guest_call(at, |instance, store| instance.call_apply(store, entries))
+    }
+
+    /// One call into the plugin, on a fresh instance with one entry's fuel,
+    /// its WASI clock at entry `at` (index, term, ms) if one is given.
+    /// `Ok(Err(trap))` is a guest fault.
+    fn guest_call<R>(
+        &mut self,
+        at: Option<(u64, u64, u64)>,
+        call: impl FnOnce(&Bound, &mut Store<PluginCtx>) -> wasmtime::Result<R>,
+    ) -> Result<Result<R, String>, Fatal> {
         self.renew_if_used()?;
         self.used = true;
         self.plugin.reset_fuel(&mut self.store);
         self.store.data_mut().last_panic = None;
-        if let [only] = entries {
-            self.store.data().env.enter(only.index, only.term, only.timestamp_ms);
+        if let Some((index, term, ms)) = at {
+            self.store.data().env.enter(index, term, ms);
         }
         let (instance, store) = (&self.instance, &mut self.store);
-        let result = catch_engine_panic(|| instance.call_apply(&mut *store, entries))?;
+        let result = catch_engine_panic(|| call(instance, store))?;
         let left = self.store.get_fuel().unwrap_or(0);
         self.fuel_used += self.plugin.fuel_per_entry().saturating_sub(left);
         self.store.data().env.reset();
@@ -242,17 +257,8 @@ impl Applier {
         let due = record.wake_at_ms.is_some_and(|at| at <= now_ms) || !tick.renewals.is_empty();
         let mut batch = TickBatch { now_ms, ..Default::default() };
         if due {
-            self.renew_if_used()?;
-            self.used = true;
-            self.plugin.reset_fuel(&mut self.store);
-            self.store.data_mut().last_panic = None;
-            self.store.data().env.enter(tick.index, tick.term, now_ms);
-            let (instance, store) = (&self.instance, &mut self.store);
-            let result = catch_engine_panic(|| instance.call_tick(&mut *store, tick, now_ms).expect("a 0.2.0 plugin"))?;
-            let left = self.store.get_fuel().unwrap_or(0);
-            self.fuel_used += self.plugin.fuel_per_entry().saturating_sub(left);
-            self.store.data().env.reset();
-            let failure = match self.settle(result)? {
+            let at = Some((tick.index, tick.term, now_ms));
+            let failure = match self.guest_call(at, |instance, store| instance.call_tick(store, tick, now_ms))? {
                 Ok(Ok(ticked)) if ticked.renewed.len() == tick.renewals.len() => {
                     batch.renewed = ticked.renewed.into_iter().map(|r| r.map_err(to_entry_error)).collect();
                     batch.events = ticked

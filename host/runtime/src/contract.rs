@@ -145,14 +145,16 @@ impl Bound {
         }
     }
 
-    /// `None`: a 0.1.0 plugin, which has no `tick`.
+    /// A 0.1.0 plugin has no `tick` (the caller does not call it).
     pub fn call_tick(
         &self,
         store: &mut Store<PluginCtx>,
         tick: &TickInput,
         now_ms: u64,
-    ) -> Option<wasmtime::Result<Result<Ticked, wit::ApplyError>>> {
-        let Bound::V2(i) = self else { return None };
+    ) -> wasmtime::Result<Result<Ticked, wit::ApplyError>> {
+        let Bound::V2(i) = self else {
+            return Err(wasmtime::Error::msg("a wasmraft:plugin@0.1.0 plugin has no tick"));
+        };
         let input = wit2::Tick {
             index: tick.index,
             term: tick.term,
@@ -160,13 +162,13 @@ impl Bound {
             grace_until_ms: tick.grace_until_ms,
             renewals: tick.renewals.iter().map(|(key, at)| wit2::Renewal { key: key.clone(), at_ms: *at }).collect(),
         };
-        Some(i.call_tick(store, &input).map(|r| {
+        i.call_tick(store, &input).map(|r| {
             r.map(|t| Ticked {
                 renewed: t.renewed.into_iter().map(|r| r.map_err(apply_error)).collect(),
                 events: events(t.events),
             })
             .map_err(apply_error)
-        }))
+        })
     }
 }
 

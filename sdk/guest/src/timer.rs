@@ -107,15 +107,12 @@ impl Deadlines {
 
     /// Sets the wake-up to the earliest deadline, or cancels it.
     pub fn rearm(&self) {
-        match self.first() {
-            Some((at, _)) if timer_differs(at) => wake_at(at),
-            Some(_) => {}
-            None if next().is_some() => cancel(),
-            None => {}
+        let first = self.first().map(|(at, _)| at);
+        match first {
+            // Unchanged: no write.
+            _ if first == next() => {}
+            Some(at) => wake_at(at),
+            None => cancel(),
         }
     }
-}
-
-fn timer_differs(at: u64) -> bool {
-    next() != Some(at)
 }
