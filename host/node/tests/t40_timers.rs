@@ -157,6 +157,9 @@ async fn keep_alives_ride_ticks_in_batches_and_get_the_plugins_answer() {
     assert_eq!(renewed.response, b"a");
     let refused = leader.renew(b"b".to_vec()).await.unwrap_err();
     assert!(matches!(&refused, wasmraft_node::Error::Rejected(m) if m.contains("not leased")), "{refused:?}");
+    // A key too large for a tick's renewal record is refused at the door.
+    let e = leader.renew(vec![7; 70_000]).await.unwrap_err();
+    assert!(matches!(&e, wasmraft_node::Error::Invalid(m) if m.contains("renewal key")), "{e:?}");
     let follower = cluster.nodes().into_iter().find(|n| n.id() != leader.id()).unwrap();
     let e = follower.renew(b"a".to_vec()).await.unwrap_err();
     assert!(matches!(e, wasmraft_node::Error::NotLeader { .. }), "{e:?}");

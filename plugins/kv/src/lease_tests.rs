@@ -181,3 +181,23 @@ fn a_tick_revokes_a_bounded_number_of_leases_and_asks_for_more() {
     assert_eq!(h.take_events().len(), 6);
     assert_eq!(timer::next(), None);
 }
+
+#[test]
+fn malformed_lease_input_is_refused_and_extreme_values_do_not_overflow() {
+    let mut h = host();
+    assert!(matches!(grant(&mut h, 0, 0), Err(ApplyError::Invalid(_))), "a TTL of 0");
+    assert!(matches!(grant(&mut h, -5, 0), Err(ApplyError::Invalid(_))), "a negative TTL");
+    assert!(matches!(grant(&mut h, 10, -1), Err(ApplyError::Invalid(_))), "a negative id");
+    // The largest TTL: the expiry saturates instead of wrapping.
+    let id = grant(&mut h, i64::MAX, 0).unwrap();
+    assert_eq!(timer::next(), Some(u64::MAX));
+    assert_eq!(ttl(&h, id, 0).granted_ttl, i64::MAX);
+    // A keep-alive whose key is not a lease id, one at u64::MAX, and a
+    // tick at u64::MAX: refused or applied, never a trap.
+    let answers = h.renew(&[(b"abc", 1), (&id.to_be_bytes(), u64::MAX)]).unwrap();
+    assert!(matches!(answers[0], Err(ApplyError::Invalid(_))), "{answers:?}");
+    assert!(matches!(answers[1], Err(ApplyError::Rejected(_))), "taken at or after its expiry: {answers:?}");
+    put(&mut h, "k", id).unwrap();
+    assert_eq!(h.advance_to(u64::MAX), Some(Ok(())));
+    assert!(!exists(&h, "k"), "expired at the end of time");
+}
