@@ -435,6 +435,7 @@ impl Node {
             ticker: crate::timers::Ticker::new(wake, config.tick_interval * config.election_ticks as u32),
             stamp_clock: crate::timers::StampClock::new(
                 crate::timers::last_stamp_in_log(&storage).max(storage.log_time_ms()?.unwrap_or(0)),
+                storage.log_time_note()?,
             ),
             received_snapshot: None,
             self_tx: raft_tx.clone(),

@@ -462,6 +462,12 @@ impl<T: Transport> RaftLoop<T> {
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
         }
+        if let Some((log_time_ms, wall_ms)) = self.stamp_clock.note_due(now, wall_ms) {
+            // Advisory: a lost note leaves an older one, as good.
+            if let Err(e) = self.storage.note_log_time(log_time_ms, wall_ms) {
+                tracing::debug!(error = %e, "cannot note log time");
+            }
+        }
         if let Some((leader, term)) = self.transport.refused_as_non_member() {
             // A leader says so only of ids it saw removed; one at this
             // node's term or later speaks for the cluster.

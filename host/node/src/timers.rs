@@ -4,11 +4,13 @@
 //! leaders too (see `docs/design/006-timers-and-leases.md`):
 //!
 //! - every node remembers the last stamp it saw in its log and when (by the
-//!   monotonic clock); after a restart, the last stamp in its log, not when;
-//! - a new leader anchors its term at `last stamp + time since seen`,
-//!   moved towards its wall clock by at most [`MAX_CLOCK_STEP_MS`] and never
-//!   below that estimate (with no estimate: the later of the last stamp and
-//!   its wall clock);
+//!   monotonic clock); after a restart, the last stamp in its log, and a
+//!   note of log time against its wall clock that it writes every second;
+//! - a new leader anchors its term at `last stamp + time since seen` (after
+//!   a restart, before it saw a stamp: the note's log time + its wall
+//!   clock's advance since the note), moved towards its wall clock by at
+//!   most [`MAX_CLOCK_STEP_MS`] and never below that estimate (with neither:
+//!   the later of the last stamp and its wall clock);
 //! - within a term stamps advance with the monotonic clock from the anchor,
 //!   so a wall-clock step moves nothing until the next election.
 
@@ -43,15 +45,63 @@ struct Anchor {
 pub(crate) struct StampClock {
     /// The highest stamp seen in the log or made here.
     last_ms: u64,
-    /// When `last_ms` was seen; none after a restart until an entry shows one.
-    seen_at: Option<Instant>,
+    /// Log time as this node knows it: `ms` at `at`, the last stamp it saw
+    /// or made (after a restart, first the estimate from its note). None
+    /// until then.
+    known: Option<(u64, Instant)>,
     anchor: Option<Anchor>,
+    /// The note of log time against the wall clock left before a restart,
+    /// `(log_time_ms, wall_ms)`, until the first turn reads it.
+    note: Option<(u64, u64)>,
+    /// When a note was last taken, and the wall clock then.
+    noted_at: Option<(Instant, u64)>,
 }
 
+/// How often the Raft loop notes log time against the wall clock; at once
+/// when the wall clock steps by more than [`NOTE_ON_STEP_MS`].
+pub(crate) const NOTE_EVERY: Duration = Duration::from_secs(1);
+const NOTE_ON_STEP_MS: u64 = 50;
+
 impl StampClock {
-    /// A clock that has seen `last_ms` (0: none), at no known time.
-    pub fn new(last_ms: u64) -> Self {
-        Self { last_ms, seen_at: None, anchor: None }
+    /// A clock that has seen `last_ms` (0: none), at no known time, with
+    /// the note the node left before it restarted.
+    pub fn new(last_ms: u64, note: Option<(u64, u64)>) -> Self {
+        Self { last_ms, known: None, anchor: None, note, noted_at: None }
+    }
+
+    /// Log time by this node's monotonic clock, if it knows it.
+    fn estimate(&self, now: Instant) -> Option<u64> {
+        let (ms, at) = self.known?;
+        Some(self.last_ms.max(ms.saturating_add(now.saturating_duration_since(at).as_millis() as u64)))
+    }
+
+    /// Reads the note left before a restart, once, against the wall clock
+    /// now: the wall clock's advance since the note is the time the node
+    /// was down (right unless the clock was stepped meanwhile). From then
+    /// on the monotonic clock counts, so a later step changes nothing.
+    fn read_note(&mut self, now: Instant, wall_ms: u64) {
+        if let Some((noted_ms, noted_wall)) = self.note.take() {
+            if self.known.is_none() {
+                let ms = self.last_ms.max(noted_ms.saturating_add(wall_ms.saturating_sub(noted_wall)));
+                self.known = Some((ms, now));
+            }
+        }
+    }
+
+    /// Log time against the wall clock, to note, every [`NOTE_EVERY`] and
+    /// after a wall-clock step, once this node knows log time.
+    pub fn note_due(&mut self, now: Instant, wall_ms: u64) -> Option<(u64, u64)> {
+        self.read_note(now, wall_ms);
+        let estimate = self.estimate(now)?;
+        if let Some((at, wall_then)) = self.noted_at {
+            let elapsed = now.saturating_duration_since(at);
+            let stepped = wall_ms.abs_diff(wall_then.saturating_add(elapsed.as_millis() as u64)) > NOTE_ON_STEP_MS;
+            if elapsed < NOTE_EVERY && !stepped {
+                return None;
+            }
+        }
+        self.noted_at = Some((now, wall_ms));
+        Some((estimate, wall_ms))
     }
 
     /// The highest stamp seen or made.
@@ -65,7 +115,7 @@ impl StampClock {
         if let Some(stamp) = entries.iter().rev().find_map(entry_stamp) {
             if stamp >= self.last_ms {
                 self.last_ms = stamp;
-                self.seen_at = Some(now);
+                self.known = Some((stamp, now));
             }
         }
     }
@@ -75,6 +125,7 @@ impl StampClock {
         let anchor = match self.anchor {
             Some(a) if a.term == term => a,
             _ => {
+                self.read_note(now, wall_ms);
                 let a = Anchor { term, stamp_ms: self.anchor_ms(now, wall_ms), at: now };
                 self.anchor = Some(a);
                 a
@@ -82,7 +133,7 @@ impl StampClock {
         };
         let since = now.saturating_duration_since(anchor.at).as_millis() as u64;
         self.last_ms = self.last_ms.max(anchor.stamp_ms.saturating_add(since));
-        self.seen_at = Some(now);
+        self.known = Some((self.last_ms, now));
         self.last_ms
     }
 
@@ -96,10 +147,9 @@ impl StampClock {
 
     /// Where a new term's stamps start.
     fn anchor_ms(&self, now: Instant, wall_ms: u64) -> u64 {
-        let Some(seen_at) = self.seen_at else {
+        let Some(estimate) = self.estimate(now) else {
             return self.last_ms.max(wall_ms);
         };
-        let estimate = self.last_ms.saturating_add(now.saturating_duration_since(seen_at).as_millis() as u64);
         let gap = wall_ms.abs_diff(estimate);
         if gap > MAX_CLOCK_STEP_MS {
             tracing::warn!(
@@ -341,7 +391,7 @@ mod tests {
     #[test]
     fn stamps_follow_the_monotonic_clock_within_a_term_whatever_the_wall_does() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0);
+        let mut c = StampClock::new(0, None);
         assert_eq!(c.stamp(1, t0, 10_000_000), 10_000_000);
         // The wall steps back an hour, then forward a day: nothing moves.
         assert_eq!(c.stamp(1, t0 + Duration::from_millis(5), 10_000_000 - 3_600_000), 10_000_005);
@@ -353,7 +403,7 @@ mod tests {
     #[test]
     fn a_new_leader_behind_the_old_one_continues_from_the_log() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0);
+        let mut c = StampClock::new(0, None);
         // A follower saw the old leader's stamp 50_000 at t0.
         c.observe(&[stamped(40_000), stamped(50_000)], t0);
         // It leads 2 s later with a wall clock 10 s behind: log time goes on.
@@ -363,26 +413,59 @@ mod tests {
     #[test]
     fn a_new_leader_ahead_moves_log_time_by_at_most_the_step() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0);
+        let mut c = StampClock::new(0, None);
         c.observe(&[stamped(50_000)], t0);
         assert_eq!(c.stamp(2, t0 + Duration::from_secs(1), 61_000), 51_000 + MAX_CLOCK_STEP_MS);
         // Within the step, the wall clock is taken as it is.
-        let mut c = StampClock::new(0);
+        let mut c = StampClock::new(0, None);
         c.observe(&[stamped(50_000)], t0);
         assert_eq!(c.stamp(2, t0 + Duration::from_secs(1), 51_200), 51_200);
     }
 
     #[test]
-    fn after_a_restart_the_later_of_the_log_and_the_wall_clock() {
+    fn after_a_restart_without_a_note_the_later_of_the_log_and_the_wall_clock() {
         let t0 = Instant::now();
-        assert_eq!(StampClock::new(50_000).stamp(4, t0, 49_000), 50_000);
-        assert_eq!(StampClock::new(50_000).stamp(4, t0, 90_000), 90_000);
+        assert_eq!(StampClock::new(50_000, None).stamp(4, t0, 49_000), 50_000);
+        assert_eq!(StampClock::new(50_000, None).stamp(4, t0, 90_000), 90_000);
+    }
+
+    #[test]
+    fn after_a_restart_the_note_counts_the_wall_clocks_advance_not_its_reading() {
+        let t0 = Instant::now();
+        // Before the restart: log time 50_000 when the wall read 1_000_000
+        // (stepped far ahead of log time). 3 s later, a restart and a lead.
+        let note = Some((50_000, 1_000_000));
+        assert_eq!(StampClock::new(50_500, note).stamp(4, t0, 1_003_000), 53_000 + MAX_CLOCK_STEP_MS);
+        // The wall went back while the node was down, below log time: the
+        // log's last stamp, and no more.
+        assert_eq!(StampClock::new(50_500, note).stamp(4, t0, 40_000), 50_500);
+        // A wall clock that agrees with log time is taken as it is.
+        assert_eq!(StampClock::new(50_500, Some((50_000, 50_100))).stamp(4, t0, 53_200), 53_200);
+        // The note is read at the first turn; a step after it moves nothing
+        // but the usual step at an election.
+        let mut c = StampClock::new(50_500, note);
+        assert_eq!(c.note_due(t0, 1_003_000), Some((53_000, 1_003_000)));
+        assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 1_012_000), 54_000 + MAX_CLOCK_STEP_MS);
+    }
+
+    #[test]
+    fn notes_are_taken_every_second_and_on_a_step_once_log_time_is_known() {
+        let t0 = Instant::now();
+        let mut c = StampClock::new(50_000, None);
+        assert_eq!(c.note_due(t0, 7), None, "no stamp seen since the start");
+        c.observe(&[stamped(60_000)], t0);
+        assert_eq!(c.note_due(t0 + Duration::from_millis(300), 900), Some((60_300, 900)));
+        assert_eq!(c.note_due(t0 + Duration::from_millis(900), 1_500), None);
+        assert_eq!(c.note_due(t0 + Duration::from_millis(1_300), 1_900), Some((61_300, 1_900)));
+        // A wall-clock step is noted at once.
+        assert_eq!(c.note_due(t0 + Duration::from_millis(1_400), 2_000), None);
+        assert_eq!(c.note_due(t0 + Duration::from_millis(1_500), 9_000), Some((61_500, 9_000)));
     }
 
     #[test]
     fn older_stamps_in_the_log_do_not_move_the_clock_back() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0);
+        let mut c = StampClock::new(0, None);
         c.observe(&[stamped(50_000)], t0);
         c.observe(&[stamped(20_000)], t0 + Duration::from_secs(1));
         assert_eq!(c.last_ms(), 50_000);

@@ -21,6 +21,7 @@ pub(crate) const KEY_NODE_ID: &[u8] = b"node_id";
 pub(crate) const KEY_APPLIED: &[u8] = b"applied";
 pub(crate) const KEY_CLUSTER_ID: &[u8] = b"cluster_id";
 pub(crate) const KEY_REMOVED: &[u8] = b"removed_members";
+pub(crate) const KEY_LOG_TIME_NOTE: &[u8] = b"log_time_note";
 
 /// How to open the store.
 #[derive(Clone, Debug)]
@@ -191,6 +192,36 @@ impl Storage {
     /// takes `stall` longer, as on a disk whose fsync stalls.
     pub fn stall_synced_appends(&self, stall: std::time::Duration) {
         self.append_stall_ms.store(stall.as_millis() as u64, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Notes that log time was `log_time_ms` when this node's wall clock
+    /// read `wall_ms`: after a restart, the time since is the wall clock's
+    /// advance since the note, a step taken while the node ran included.
+    /// Node-local (not in snapshots), not synced: an older note gives the
+    /// same estimate.
+    pub fn note_log_time(&self, log_time_ms: u64, wall_ms: u64) -> Result<(), StorageError> {
+        if self.writes_left.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return Err(StorageError::Crashed);
+        }
+        let mut note = log_time_ms.to_be_bytes().to_vec();
+        note.extend_from_slice(&wall_ms.to_be_bytes());
+        let mut opts = WriteOptions::default();
+        opts.set_sync(false);
+        self.db.put_cf_opt(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note, &opts)?;
+        Ok(())
+    }
+
+    /// The last [`note_log_time`](Self::note_log_time): log time and wall
+    /// clock, in ms.
+    pub fn log_time_note(&self) -> Result<Option<(u64, u64)>, StorageError> {
+        let Some(v) = self.db.get_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE)? else { return Ok(None) };
+        match <[u8; 16]>::try_from(v.as_slice()) {
+            Ok(b) => Ok(Some((
+                u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
+                u64::from_be_bytes(b[8..].try_into().expect("8 bytes")),
+            ))),
+            Err(_) => Err(StorageError::Corrupt { what: "log time note", key: None, detail: format!("{} bytes, not 16", v.len()) }),
+        }
     }
 
     pub(crate) fn sync_opts(&self) -> WriteOptions {

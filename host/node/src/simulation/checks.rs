@@ -19,6 +19,7 @@ use std::hash::{Hash, Hasher};
 use wasmraft_raft::{Index, Role};
 
 use crate::node::Node;
+use crate::system::SystemCommand;
 
 /// The cause a node records when it reaches an injected crash point.
 pub(super) const CRASH_POINT: &str = "crash point reached";
@@ -33,12 +34,28 @@ pub(super) struct Checks {
     compared: BTreeMap<u64, u64>,
     /// The leader stamp of each committed entry that carries one.
     stamps: BTreeMap<u64, u64>,
+    /// The committed ticks, by index.
+    ticks: BTreeMap<u64, TickSeen>,
+}
+
+/// A committed tick of the plugin's timer, as the log holds it.
+pub(super) struct TickSeen {
+    pub term: u64,
+    pub now_ms: u64,
+    pub grace_until_ms: u64,
+    /// The keep-alives it carries: key and the log time the leader took it.
+    pub renewals: Vec<(Vec<u8>, u64)>,
 }
 
 impl Checks {
     /// Elections won so far (terms with a leader).
     pub fn elections(&self) -> usize {
         self.leaders.len()
+    }
+
+    /// The leader seen in each term.
+    pub fn leaders(&self) -> Vec<(u64, u64)> {
+        self.leaders.iter().map(|(t, l)| (*t, *l)).collect()
     }
 
     /// Committed indexes seen so far.
@@ -93,6 +110,12 @@ impl Checks {
                     if let Some(stamp) = crate::timers::entry_stamp(&e) {
                         self.stamp_in_order(e.log_id.index.0, stamp)?;
                     }
+                    if let wasmraft_raft::EntryPayload::Normal(bytes) = &e.payload {
+                        if let Some(Ok(SystemCommand::Tick { now_ms, grace_until_ms, renewals })) = SystemCommand::decode(bytes) {
+                            let tick = TickSeen { term: e.log_id.term.0, now_ms, grace_until_ms, renewals };
+                            self.ticks.insert(e.log_id.index.0, tick);
+                        }
+                    }
                 }
                 Slot::Occupied(o) if *o.get() != seen => {
                     return Err(format!(
@@ -111,6 +134,22 @@ impl Checks {
 }
 
 impl Checks {
+    /// The leader stamp of committed entry `index`, if it carries one and
+    /// was seen.
+    pub fn stamp(&self, index: u64) -> Option<u64> {
+        self.stamps.get(&index).copied()
+    }
+
+    /// The committed ticks seen, by index.
+    pub fn ticks(&self) -> &BTreeMap<u64, TickSeen> {
+        &self.ticks
+    }
+
+    /// Whether every committed entry in `lo..=hi` was seen.
+    pub fn saw_all(&self, lo: u64, hi: u64) -> bool {
+        hi < lo || self.committed.range(lo..=hi).count() as u64 == hi - lo + 1
+    }
+
     /// Records the stamp of committed entry `index`; an error if an earlier
     /// entry has a later stamp or a later entry an earlier one.
     fn stamp_in_order(&mut self, index: u64, stamp: u64) -> Result<(), String> {

@@ -15,8 +15,10 @@
 //! their directories; let a node's apply worker lag behind its log; step a
 //! node's wall clock by up to 10 s (they start up to 300 ms apart); and
 //! give every running node a Raft loop turn. Clients put (tagged, retried
-//! until acknowledged) and read (ReadIndex and lease) a few shared keys,
-//! and an operator grows the cluster from three voters to four (the new
+//! until acknowledged) and read (ReadIndex and lease) a few shared keys;
+//! lease holders grant etcd leases, attach a key and keep them alive
+//! through the leader's ticks, and now and then stop (`leases`); an
+//! operator grows the cluster from three voters to four (the new
 //! node's address, a learner, then a voter through joint consensus; it
 //! catches up by snapshot). Then faults stop, every node runs, and the run
 //! must converge.
@@ -25,7 +27,10 @@
 //! (`checks`), no failure but injected crashes, no keyspace divergence;
 //! at the end, replicas agree on applied index, keyspace, sessions and
 //! membership; every key's version equals its acknowledged puts (exactly
-//! once); the client history is linearizable (`wasmraft-lincheck`).
+//! once); the client history is linearizable (`wasmraft-lincheck`); no
+//! lease was revoked early, in log time or real time, every replica
+//! revoked each at the same entry, and the leases of stopped holders went
+//! within their bound (`leases`).
 //!
 //! `WASMRAFT_DRIVER_SIM_SEEDS` (default 12) seeds of
 //! `WASMRAFT_DRIVER_SIM_MILLIS` (default 3000) simulated milliseconds run
@@ -36,6 +41,7 @@ mod admin;
 mod checks;
 mod clients;
 mod cluster;
+mod leases;
 #[cfg(test)]
 mod ordering;
 mod rng;
@@ -53,6 +59,7 @@ use admin::Admin;
 use checks::{CRASH_POINT, Checks, replicas_agree};
 use clients::{Clients, KEYS, decode_kv, get_request};
 use cluster::{Live, Outbox, Outgoing, node_config};
+use leases::{LeaseStats, Leases};
 use rng::Rng;
 
 use crate::config::NodeConfig;
@@ -85,6 +92,7 @@ pub(crate) struct Stats {
     pub retries: u64,
     /// Seeds whose joining node became a voter before faults stopped.
     pub joined_under_faults: u64,
+    pub leases: LeaseStats,
 }
 
 impl Stats {
@@ -108,6 +116,7 @@ impl Stats {
         self.reads += o.reads;
         self.retries += o.retries;
         self.joined_under_faults += o.joined_under_faults;
+        self.leases.add(&o.leases);
     }
 }
 
@@ -115,6 +124,10 @@ impl Stats {
 const NODES: u64 = 4;
 const FOUNDERS: u64 = 3;
 const CLIENTS: u64 = 4;
+/// Lease holders, besides the clients.
+const HOLDERS: u64 = 3;
+/// The nodes' election timeout (see `node_config`), in ms.
+const ELECTION_MS: u64 = 100;
 /// How long a run may take to converge once faults stop.
 const CONVERGE_MILLIS: u64 = 20_000;
 
@@ -139,6 +152,11 @@ struct Slot {
     wall_offset_ms: i64,
 }
 
+struct HoldersStopped {
+    leaderless_ms: u64,
+    elections_before: usize,
+}
+
 struct World {
     rng: Rng,
     now: u64,
@@ -149,6 +167,12 @@ struct World {
     /// Nodes cut off from every other, until a time.
     isolated: BTreeMap<u64, u64>,
     clients: Clients,
+    leases: Leases,
+    /// Since the lease holders stopped: the time without a leader, and the
+    /// elections.
+    holders_stopped: Option<HoldersStopped>,
+    /// When each term's leader was first seen.
+    elections_at: BTreeMap<u64, u64>,
     admin: Admin,
     checks: Checks,
     stats: Stats,
@@ -202,6 +226,9 @@ impl World {
             net: Vec::new(),
             isolated: BTreeMap::new(),
             clients: Clients::new(CLIENTS, FOUNDERS),
+            leases: Leases::new(HOLDERS, FOUNDERS),
+            holders_stopped: None,
+            elections_at: BTreeMap::new(),
             admin: Admin::new(NODES, 200, 1000),
             checks: Checks::default(),
             stats: Stats { seeds: 1, ..Stats::default() },
@@ -266,15 +293,26 @@ impl World {
         let slots = &self.slots;
         let live = |id: u64| slots.get(&id)?.live.as_ref().map(|l| l.node.clone());
         self.clients.step(self.now, &mut self.rng, quiet, NODES, &live);
+        self.leases.step(self.now, &mut self.rng, faults, NODES, &live);
         let leader = self.leader();
+        if let Some(stopped) = self.holders_stopped.as_mut() {
+            stopped.leaderless_ms += u64::from(leader.is_none());
+        }
         self.admin.step(self.now, leader);
         for (id, slot) in &self.slots {
             if let Some(live) = &slot.live {
                 self.checks.observe(*id, &live.node)?;
+                self.leases.observe(self.now, *id, &live.node);
+            }
+        }
+        for (term, leader) in self.checks.leaders() {
+            if let std::collections::btree_map::Entry::Vacant(v) = self.elections_at.entry(term) {
+                v.insert(self.now);
+                trace!(self, "node {leader} leads term {term}");
             }
         }
         self.reap();
-        if let Some(v) = &self.clients.outcomes.violation {
+        if let Some(v) = self.clients.outcomes.violation.as_ref().or(self.leases.violation.as_ref()) {
             return Err(v.clone());
         }
         Ok(())
@@ -303,7 +341,7 @@ impl World {
                 }
             }
         }
-        if self.rng.chance(0.0005) {
+        if self.rng.chance(0.0015) {
             // A wall clock steps by up to 10 s either way (NTP, an operator).
             let id = *self.rng.pick(&ids);
             let step = self.rng.below(20_001) as i64 - 10_000;
@@ -422,6 +460,12 @@ impl World {
         }
     }
 
+    /// Whether no running node has a lease left.
+    fn leases_gone(&self) -> Result<bool, String> {
+        let nodes: Vec<(u64, Node)> = self.slots.keys().filter_map(|&id| Some((id, self.node(id)?))).collect();
+        self.leases.none_left(&nodes)
+    }
+
     /// Whether every node runs and applied the same index as the others,
     /// with nothing left to apply.
     fn converged(&self) -> bool {
@@ -453,6 +497,7 @@ pub(crate) fn run_seed(seed: u64, millis: u64, trace: bool) -> Result<Stats, Str
     w.stats.committed = w.checks.committed() as u64;
     let o = &w.clients.outcomes;
     (w.stats.puts, w.stats.reads, w.stats.retries) = (o.puts, o.reads, o.retries);
+    w.stats.leases = w.leases.stats.clone();
     match result {
         Ok(()) => Ok(w.stats.clone()),
         Err(e) => {
@@ -466,8 +511,11 @@ fn run(w: &mut World, millis: u64) -> Result<(), String> {
     while w.now < millis {
         w.step(true, false)?;
     }
-    // Faults stop; crashed nodes come back; clients finish what they began.
+    // Faults stop; crashed nodes come back; clients finish what they began;
+    // lease holders stop renewing, and their leases must go.
     trace!(w, "faults stop");
+    w.leases.stop_all(w.now);
+    w.holders_stopped = Some(HoldersStopped { leaderless_ms: 0, elections_before: w.checks.elections() });
     w.stats.joined_under_faults = u64::from(w.admin.done());
     w.isolated.clear();
     for slot in w.slots.values_mut() {
@@ -477,7 +525,7 @@ fn run(w: &mut World, millis: u64) -> Result<(), String> {
         }
     }
     let deadline = w.now + CONVERGE_MILLIS;
-    while !(w.clients.idle() && w.admin.done() && w.converged()) {
+    while !(w.clients.idle() && w.admin.done() && w.converged() && w.leases_gone()?) {
         if w.now >= deadline {
             let status: Vec<String> = w
                 .slots
@@ -491,9 +539,10 @@ fn run(w: &mut World, millis: u64) -> Result<(), String> {
                 })
                 .collect();
             return Err(format!(
-                "no convergence {CONVERGE_MILLIS} ms after faults stopped (clients idle: {}, node {NODES} joined: {}): {}",
+                "no convergence {CONVERGE_MILLIS} ms after faults stopped (clients idle: {}, node {NODES} joined: {}, leases gone: {}): {}",
                 w.clients.idle(),
                 w.admin.done(),
+                w.leases_gone()?,
                 status.join("; ")
             ));
         }
@@ -513,6 +562,14 @@ fn run(w: &mut World, millis: u64) -> Result<(), String> {
             return Err(format!("key {key:?} has version {version} after {acknowledged} acknowledged puts: a put applied twice or lost"));
         }
     }
+    // A lease kept alive until the holders stopped lasts at most TTL + an
+    // election timeout + the time without a leader; each election since
+    // may add its grace and the 500 ms a new leader's log time may lag its
+    // predecessor's (`StampClock`); 200 ms for the network and ticks.
+    let stopped = w.holders_stopped.as_ref().expect("set when faults stop");
+    let elections = (w.checks.elections() - stopped.elections_before) as u64;
+    let late = ELECTION_MS + stopped.leaderless_ms + elections * (500 + ELECTION_MS) + 200;
+    w.leases.verify(&w.checks, &w.elections_at, ELECTION_MS, late)?;
     let result = check::<KvModel>(&w.clients.outcomes.history, &CheckOptions::default());
     if !result.is_ok() {
         return Err(format!("the client history is not linearizable: {result}"));
