@@ -17,6 +17,18 @@ pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
 }
 
+/// etcd's lock service.
+#[allow(missing_docs)]
+pub mod v3lockpb {
+    tonic::include_proto!("v3lockpb");
+}
+
+/// etcd's election service.
+#[allow(missing_docs)]
+pub mod v3electionpb {
+    tonic::include_proto!("v3electionpb");
+}
+
 /// etcd's key-value and event messages.
 #[allow(missing_docs)]
 pub mod mvccpb {

@@ -4,6 +4,8 @@
 //! and end lines to one file (no pair interleaves), also across a leader
 //! kill, and so does a mix of `wasmraft lock` and `etcdctl lock` loops (one
 //! mutex); `etcdctl elect` hands leadership over when the holder stops.
+//! etcd's `v3lockpb.Lock` and `v3electionpb.Election` gRPC services work
+//! on followers and across a leader kill (`services`).
 
 mod cluster;
 
@@ -136,4 +138,139 @@ async fn etcdctl_elect_hands_leadership_over_when_the_holder_stops() {
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     assert!(wait_line(&second_out, "beta", Duration::from_secs(10)), "beta did not take over");
     drop(first);
+}
+
+mod services {
+    //! etcd's `v3lockpb.Lock` and `v3electionpb.Election` gRPC services, as
+    //! jetcd, dotnet-etcd and etcd's gRPC gateway call them, on followers
+    //! (which forward the recipes' writes), across a leader kill.
+
+    use std::time::Duration;
+
+    use tokio_stream::StreamExt;
+    use tonic::Code;
+    use tonic::transport::Channel;
+    use wasmraft_proto::etcdserverpb::lease_client::LeaseClient;
+    use wasmraft_proto::etcdserverpb::{LeaseGrantRequest, RangeRequest};
+    use wasmraft_proto::v3electionpb::election_client::ElectionClient;
+    use wasmraft_proto::v3electionpb::{CampaignRequest, LeaderKey, LeaderRequest, ProclaimRequest, ResignRequest};
+    use wasmraft_proto::v3lockpb::lock_client::LockClient;
+    use wasmraft_proto::v3lockpb::{LockRequest, UnlockRequest};
+
+    use super::cluster::*;
+
+    async fn channel(addr: &str) -> Channel {
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap()
+    }
+
+    async fn keys_under(ch: &Channel, prefix: &str) -> Vec<Vec<u8>> {
+        let mut kv = wasmraft_proto::etcdserverpb::kv_client::KvClient::new(ch.clone());
+        let range = RangeRequest {
+            key: prefix.into(),
+            range_end: wasmraft_proto::prefix_range_end(prefix.as_bytes()),
+            ..Default::default()
+        };
+        kv.range(range).await.unwrap().into_inner().kvs.into_iter().map(|kv| kv.key).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lock_waits_its_turn_and_a_cancelled_waiter_leaves_no_key() {
+        let _serial = serial();
+        let mut cluster = Cluster::start(3).await;
+        let leader = cluster.leader().await;
+        let followers: Vec<u64> = cluster.ids().into_iter().filter(|&id| id != leader).collect();
+        let (a, b) = (channel(cluster.addr(followers[0])).await, channel(cluster.addr(followers[1])).await);
+        let first = LockClient::new(a.clone()).lock(LockRequest { name: b"svc".to_vec(), lease: 0 }).await.unwrap().into_inner();
+        assert!(first.key.starts_with(b"svc/"), "{:?}", first.key);
+        assert!(first.header.unwrap().revision > 0);
+        // A second locker waits behind the first, through the other follower.
+        let mut second_client = LockClient::new(b.clone());
+        let second = tokio::spawn(async move { second_client.lock(LockRequest { name: b"svc".to_vec(), lease: 0 }).await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!second.is_finished(), "the second locker got the lock while the first held it");
+        assert_eq!(keys_under(&a, "svc/").await.len(), 2);
+        // A third gives up while it waits: its key goes.
+        let mut third_client = LockClient::new(a.clone());
+        let third = tokio::time::timeout(Duration::from_millis(500), third_client.lock(LockRequest { name: b"svc".to_vec(), lease: 0 })).await;
+        assert!(third.is_err(), "the third locker got the lock while the first held it");
+        let mut left = 0;
+        for _ in 0..50 {
+            left = keys_under(&a, "svc/").await.len();
+            if left == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(left, 2, "the cancelled locker's key stayed");
+        // The leader dies; the first unlocks through a follower; the second
+        // gets the lock.
+        cluster.kill9(leader);
+        let mut unlocked = false;
+        for _ in 0..100 {
+            if LockClient::new(a.clone()).unlock(UnlockRequest { key: first.key.clone() }).await.is_ok() {
+                unlocked = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(unlocked, "unlock never succeeded after the leader kill");
+        let second = tokio::time::timeout(Duration::from_secs(15), second).await.expect("the second locker never got the lock");
+        let second = second.unwrap().unwrap().into_inner();
+        assert!(second.key.starts_with(b"svc/") && second.key != first.key);
+        assert_eq!(keys_under(&b, "svc/").await, vec![second.key.clone()]);
+    }
+
+    async fn next_value(observed: &mut tonic::Streaming<wasmraft_proto::v3electionpb::LeaderResponse>) -> Vec<u8> {
+        let r = tokio::time::timeout(Duration::from_secs(10), observed.next()).await.expect("nothing observed");
+        r.unwrap().unwrap().kv.unwrap().value
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_election_proclaims_observes_resigns_and_hands_over() {
+        let _serial = serial();
+        let cluster = Cluster::start(3).await;
+        let leader = cluster.leader().await;
+        let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+        let ch = channel(cluster.addr(follower)).await;
+        let mut election = ElectionClient::new(ch.clone());
+        let lease = |ttl| {
+            let mut leases = LeaseClient::new(ch.clone());
+            async move { leases.lease_grant(LeaseGrantRequest { ttl, id: 0 }).await.unwrap().into_inner().id }
+        };
+        let err = election.leader(LeaderRequest { name: b"e".to_vec() }).await.unwrap_err();
+        assert_eq!(err.message(), "election: no leader");
+        let mut observed = election.observe(LeaderRequest { name: b"e".to_vec() }).await.unwrap().into_inner();
+        let alpha_lease = lease(10).await;
+        let won = election
+            .campaign(CampaignRequest { name: b"e".to_vec(), lease: alpha_lease, value: b"alpha".to_vec() })
+            .await
+            .unwrap()
+            .into_inner();
+        let alpha = won.leader.unwrap();
+        assert_eq!((alpha.name.as_slice(), alpha.lease), (&b"e"[..], alpha_lease));
+        assert_eq!(alpha.key, format!("e/{alpha_lease:x}").into_bytes());
+        assert_eq!(next_value(&mut observed).await, b"alpha");
+        election.proclaim(ProclaimRequest { leader: Some(alpha.clone()), value: b"alpha 2".to_vec() }).await.unwrap();
+        assert_eq!(next_value(&mut observed).await, b"alpha 2");
+        let now = election.leader(LeaderRequest { name: b"e".to_vec() }).await.unwrap().into_inner();
+        assert_eq!(now.kv.unwrap().value, b"alpha 2");
+        // A claim with the wrong revision, or none, is refused.
+        let stale = LeaderKey { rev: alpha.rev + 1000, ..alpha.clone() };
+        let err = election.proclaim(ProclaimRequest { leader: Some(stale), value: b"x".to_vec() }).await.unwrap_err();
+        assert_eq!(err.message(), "election: not leader");
+        let err = election.proclaim(ProclaimRequest { leader: None, value: b"x".to_vec() }).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        // A second candidate waits; the first resigns; the second leads.
+        let beta_lease = lease(10).await;
+        let mut beta_election = election.clone();
+        let beta = tokio::spawn(async move {
+            beta_election.campaign(CampaignRequest { name: b"e".to_vec(), lease: beta_lease, value: b"beta".to_vec() }).await
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!beta.is_finished(), "beta led while alpha held it");
+        election.resign(ResignRequest { leader: Some(alpha) }).await.unwrap();
+        let beta = tokio::time::timeout(Duration::from_secs(10), beta).await.expect("beta never led").unwrap().unwrap();
+        assert_eq!(beta.into_inner().leader.unwrap().lease, beta_lease);
+        assert_eq!(next_value(&mut observed).await, b"beta");
+    }
 }

@@ -47,6 +47,8 @@ use wasmraft_node::Node;
 use wasmraft_proto::etcdserverpb::cluster_server::ClusterServer;
 use wasmraft_proto::etcdserverpb::kv_server::KvServer;
 use wasmraft_proto::etcdserverpb::lease_server::LeaseServer;
+use wasmraft_proto::v3electionpb::election_server::ElectionServer;
+use wasmraft_proto::v3lockpb::lock_server::LockServer;
 use wasmraft_proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use wasmraft_proto::etcdserverpb::watch_server::WatchServer;
 use wasmraft_proto::v1::admin_server::AdminServer;
@@ -123,6 +125,8 @@ pub async fn serve(
         forwarder.clone(),
         serving.faults.clone(),
     );
+    let etcd_kv = etcd::EtcdKv::new(serving.node.clone(), forwarder.clone(), space.clone());
+    let etcd_lease = etcd::EtcdLease::new(serving.node.clone(), forwarder.clone());
     let client_router = tonic::transport::Server::builder()
         .trace_fn(node_span)
         .layer(grpc_metrics::GrpcMetricsLayer::new(id))
@@ -140,11 +144,12 @@ pub async fn serve(
         )
         .add_service(
             // etcd's v3 KV API, over the KV plugin (`etcd`).
-            KvServer::new(etcd::EtcdKv::new(serving.node.clone(), forwarder.clone(), space.clone()))
-                .max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
+            KvServer::new(etcd_kv.clone()).max_decoding_message_size(serving.node.max_request_bytes() + (64 << 10)),
         )
         .add_service(WatchServer::new(etcd::EtcdWatch::new(serving.node.clone(), serving.etcd.progress_notify_interval)))
-        .add_service(LeaseServer::new(etcd::EtcdLease::new(serving.node.clone(), forwarder.clone())))
+        .add_service(LeaseServer::new(etcd_lease.clone()))
+        .add_service(LockServer::new(etcd::EtcdLock::new(serving.node.clone(), etcd_kv.clone(), etcd_lease.clone())))
+        .add_service(ElectionServer::new(etcd::EtcdElection::new(serving.node.clone(), etcd_kv, etcd_lease)))
         .add_service(ClusterServer::new(etcd::EtcdCluster::new(serving.node.clone(), forwarder.clone())))
         .add_service(MaintenanceServer::new(etcd::EtcdMaintenance::new(serving.node.clone(), forwarder, space)));
     let peer_router = tonic::transport::Server::builder()

@@ -1,5 +1,6 @@
-//! etcd's v3 API over the KV plugin: `etcdserverpb.KV`, `Watch`, `Cluster`
-//! (MemberList) and `Maintenance` (Alarm, Status) on the client port,
+//! etcd's v3 API over the KV plugin: `etcdserverpb.KV`, `Watch`, `Lease`,
+//! `Cluster` (MemberList) and `Maintenance` (Alarm, Status), and the
+//! `v3lockpb.Lock` and `v3electionpb.Election` services, on the client port,
 //! so that etcdctl, etcd's client libraries and its benchmark tool work
 //! unmodified. The KV plugin already speaks etcd's messages (a command is a
 //! `RequestOp`, an answer a `ResponseOp`), so this is a thin adapter: it
@@ -10,6 +11,7 @@
 mod alarm;
 mod cluster;
 pub(crate) mod compactor;
+mod concurrency;
 mod kv;
 mod lease;
 mod maintenance;
@@ -19,6 +21,7 @@ pub use alarm::SpaceQuota;
 pub(crate) use alarm::{is_alarm_change, watch_quota};
 pub use cluster::EtcdCluster;
 pub use compactor::{AutoCompaction, parse_duration};
+pub use concurrency::{EtcdElection, EtcdLock};
 pub use kv::EtcdKv;
 pub use lease::EtcdLease;
 pub use maintenance::{ETCD_API_VERSION, EtcdMaintenance};
