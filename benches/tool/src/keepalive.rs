@@ -6,6 +6,7 @@
 //! around the keep-alive phase alone, the log entries per second of the
 //! first endpoint (give the leader's) and the CPU seconds per second of the
 //! processes `--cpu-pids` names (read from /proc: a loopback benchmark).
+//! It speaks only etcd's API, so it drives an etcd cluster the same way.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -15,9 +16,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use tonic::transport::Channel;
 use wasmraft_proto::etcdserverpb::lease_client::LeaseClient;
-use wasmraft_proto::etcdserverpb::{LeaseGrantRequest, LeaseKeepAliveRequest};
-use wasmraft_proto::v1::StatusRequest;
-use wasmraft_proto::v1::client_client::ClientClient;
+use wasmraft_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use wasmraft_proto::etcdserverpb::{LeaseGrantRequest, LeaseKeepAliveRequest, StatusRequest};
 
 #[derive(Args, Debug)]
 pub struct KeepAliveArgs {
@@ -49,9 +49,11 @@ fn cpu_seconds(pids: &[u32]) -> anyhow::Result<f64> {
     Ok(total as f64 / ticks)
 }
 
+/// The member's Raft commit index, from etcd's Maintenance.Status (which
+/// both systems serve).
 async fn last_index(channel: &Channel) -> anyhow::Result<u64> {
-    let status = ClientClient::new(channel.clone()).status(StatusRequest {}).await?.into_inner();
-    Ok(status.last_index)
+    let status = MaintenanceClient::new(channel.clone()).status(StatusRequest {}).await?.into_inner();
+    Ok(status.raft_index)
 }
 
 pub async fn run(channels: Vec<Channel>, a: &KeepAliveArgs, quiet: bool) -> anyhow::Result<()> {
@@ -91,17 +93,10 @@ pub async fn run(channels: Vec<Channel>, a: &KeepAliveArgs, quiet: bool) -> anyh
     let mut streams = Vec::new();
     for (channel, ids) in channels.iter().zip(per_stream) {
         let (tx, rx) = tokio::sync::mpsc::channel::<LeaseKeepAliveRequest>(4096);
-        let mut responses = LeaseClient::new(channel.clone())
-            .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await?
-            .into_inner();
-        let (answered, lost) = (answered.clone(), lost.clone());
-        streams.push(tokio::spawn(async move {
-            while let Ok(Some(r)) = responses.message().await {
-                if r.ttl > 0 { answered.fetch_add(1, Relaxed) } else { lost.fetch_add(1, Relaxed) };
-            }
-        }));
         let (sent, duration) = (sent.clone(), a.duration);
+        // The sender starts first: a server may hold its response headers
+        // until its first answer (etcd's does), so the call itself waits
+        // for the first keep-alive.
         streams.push(tokio::spawn(async move {
             // Lease i of n goes at offsets i/n of the interval.
             let n = ids.len().max(1) as u32;
@@ -116,6 +111,16 @@ pub async fn run(channels: Vec<Channel>, a: &KeepAliveArgs, quiet: bool) -> anyh
                     }
                     sent.fetch_add(1, Relaxed);
                 }
+            }
+        }));
+        let mut responses = LeaseClient::new(channel.clone())
+            .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let (answered, lost) = (answered.clone(), lost.clone());
+        streams.push(tokio::spawn(async move {
+            while let Ok(Some(r)) = responses.message().await {
+                if r.ttl > 0 { answered.fetch_add(1, Relaxed) } else { lost.fetch_add(1, Relaxed) };
             }
         }));
     }
