@@ -216,6 +216,15 @@ impl Maintenance for EtcdMaintenance {
                 None => Err(etcd_status(e)),
             };
         }
+        // As etcd does: answer once this member follows the new leader, so
+        // that whoever asked finds it in office.
+        let deadline = tokio::time::Instant::now() + 5 * self.node.election_timeout();
+        while self.node.status().leader.map(|l| l.0) != Some(target) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Status::deadline_exceeded("etcdserver: request timed out, leader transfer took too long"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         tracing::info!(to = target, "leadership moved through etcd's API");
         let header = header(&self.node, Some(ResponseHeader { revision: current_revision(&self.node).await?, ..Default::default() }));
         Ok(Response::new(MoveLeaderResponse { header }))
