@@ -9,6 +9,13 @@
 #
 #   benches/compare.sh                 # defaults below
 #   TOTAL=100000 A_TOTAL=10000 benches/compare.sh
+#   REPORT_DIR=benches/reports/latest benches/compare.sh   # the report the README links
+#
+# It ends with a report (benches/report.py): REPORT_DIR/report.md, a table
+# of every workload with the ratios against etcd, and PNG charts of
+# throughput, CPU efficiency and latency distributions (matplotlib, in a
+# virtualenv under ~/.cache/wasmraft-tools that the first run creates with
+# pip). REPORT_DIR defaults to OUT_DIR/report.
 #
 # Needs: target/debug/wasmraft and wasmraft-bench (cargo build --workspace),
 # and etcd's tools via ../shared/tools (etcd-cluster.sh installs them), or
@@ -22,6 +29,8 @@ CONNS=${CONNS:-200}
 CLIENTS=${CLIENTS:-1000}
 OUT=${OUT_DIR:-$(mktemp -d /tmp/wasmraft-compare.XXXXXX)}
 mkdir -p "$OUT"
+REPORT=${REPORT_DIR:-$OUT/report}
+exec > >(tee "$OUT/compare.txt")
 BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/wasmraft}
 BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
 CLK=$(getconf CLK_TCK)
@@ -41,7 +50,7 @@ echo "# system | workload | conns/clients | total | req/s | avg ms | p50 ms | p9
 # ---- etcd ----
 "$TOOLS/etcd-cluster.sh" start "$OUT/etcd" >/dev/null
 mapfile -t EPIDS < <("$TOOLS/etcd-cluster.sh" pids "$OUT/etcd")
-ETCD_PIDS="${EPIDS[*]}" WORKLOADS="a b c d" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
+ETCD_PIDS="${EPIDS[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
   OUT_DIR="$OUT/etcd-raw" "$TOOLS/etcd-bench.sh" > "$OUT/etcd.txt" 2> "$OUT/etcd.err" || { cat "$OUT/etcd.err"; exit 1; }
 "$TOOLS/etcd-cluster.sh" stop "$OUT/etcd" >/dev/null
 sed 's/^/# etcd raw: /' "$OUT/etcd.txt"
@@ -82,7 +91,7 @@ PY
 }
 # The same client for both systems: etcd's benchmark tool through etcd's
 # API, which Wasmraft serves over the KV plugin.
-ETCD_PIDS="${WPIDS[*]}" WORKLOADS="a b c d" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
+ETCD_PIDS="${WPIDS[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
   OUT_DIR="$OUT/wasmraft-etcd-tool-raw" "$TOOLS/etcd-bench.sh" "$EP" > "$OUT/wasmraft-etcd-tool.txt" 2> "$OUT/wasmraft-etcd-tool.err" \
   || { cat "$OUT/wasmraft-etcd-tool.err"; exit 1; }
 sed 's/^/# wasmraft (etcd tool) raw: /' "$OUT/wasmraft-etcd-tool.txt"
@@ -93,3 +102,5 @@ run range-l 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency l
 run range-s 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency s
 run range-e 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency e
 echo "# raw output in $OUT"
+kill "${WPIDS[@]}" 2>/dev/null || true
+benches/plot-env.sh benches/report.py "$OUT" "$REPORT"

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Turns one `benches/compare.sh` run into a report: `report.md` (every
+workload of both systems with req/s, avg/p50/p99 latency, server CPU and
+the ratios against etcd) and PNG charts drawn with matplotlib (throughput
+and operations per server CPU-second per workload, and each workload's
+latency distribution from etcd's benchmark tool's percentiles).
+
+    benches/report.py RUN_DIR OUT_DIR
+
+RUN_DIR is compare.sh's OUT_DIR: its `compare.txt` (compare.sh's standard
+output) and the benchmark tool's raw output in `etcd-raw/` and
+`wasmraft-etcd-tool-raw/`.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# etcd-bench.sh's columns after the workload name.
+COLUMNS = ["conns", "clients", "total", "errors", "req_s", "avg", "p50", "p99", "cpu", "ops_cpu"]
+NAMES = {
+    "a:put-1c-leader": "put 1/1 (leader)",
+    "b:put": "put 200/1000",
+    "c:get-linearizable": "get linearizable",
+    "d:get-serializable": "get serializable",
+    "e:hot10-range-lin": "hot keys (10-key range)",
+}
+
+BENCH_NAMES = {
+    "put-1": "put 1/1 (leader)",
+    "put": "put 200/1000",
+    "range-l": "get linearizable",
+    "range-s": "get, leader lease",
+    "range-e": "get eventual (this node's state)",
+}
+
+
+def number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def tool_rows(lines, prefix):
+    """The benchmark tool's rows that compare.sh echoed with `prefix`."""
+    rows = {}
+    for line in lines:
+        if not line.startswith(prefix):
+            continue
+        fields = line[len(prefix):].split()
+        if not fields or fields[0].startswith("#") or fields[0] == "workload" or fields[0].startswith("idle"):
+            continue
+        rows[fields[0]] = {k: number(v) for k, v in zip(COLUMNS, fields[1:])}
+    return rows
+
+
+def bench_rows(lines):
+    """wasmraft-bench's rows (`wasmraft | name | conns/clients | ...`)."""
+    rows = {}
+    for line in lines:
+        if not line.startswith("wasmraft | "):
+            continue
+        f = [x.strip() for x in line.split("|")]
+        rows[f[1]] = {"cc": f[2], "total": f[3], "req_s": number(f[4]), "avg": number(f[5]), "p50": number(f[6]),
+                      "p99": number(f[7]), "cpu": number(f[8]), "ops_cpu": number(f[9])}
+    return rows
+
+
+def distribution(path):
+    """The latency percentiles (percent, ms) in one raw benchmark output."""
+    if not path.exists():
+        return []
+    return [(float(p), float(s) * 1000) for p, s in re.findall(r"([\d.]+)% in ([\d.]+) secs", path.read_text())]
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def fmt(v, digits=0):
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def main():
+    run, out = Path(sys.argv[1]), Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    lines = (run / "compare.txt").read_text().splitlines()
+    etcd = tool_rows(lines, "# etcd raw: ")
+    ours = tool_rows(lines, "# wasmraft (etcd tool) raw: ")
+    bench = bench_rows(lines)
+    header = [l[2:] for l in lines if l.startswith("# machine:")]
+    workloads = [w for w in NAMES if w in etcd and w in ours]
+
+    md = ["# Wasmraft against etcd", ""]
+    md += [f"{h}. Both clusters: 3 members on loopback, fsync before every acknowledgement, "
+           "8-byte keys and 256-byte values, driven by etcd's own benchmark tool through etcd's API "
+           "(`benches/compare.sh`, `benches/report.py`). Ratios are Wasmraft / etcd in the same run; "
+           "server CPU is the three members' user+system seconds." for h in header] + [""]
+    md += ["| workload | conns/clients | etcd req/s | Wasmraft req/s | ratio | etcd avg / p50 / p99 ms | "
+           "Wasmraft avg / p50 / p99 ms | etcd ops per server CPU-s | Wasmraft | ratio |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for w in workloads:
+        e, o = etcd[w], ours[w]
+        md.append(
+            f"| {NAMES[w]} | {fmt(e['conns'])}/{fmt(e['clients'])} | {fmt(e['req_s'])} | {fmt(o['req_s'])} | "
+            f"{ratio(o['req_s'], e['req_s'])} | {fmt(e['avg'], 2)} / {fmt(e['p50'], 2)} / {fmt(e['p99'], 2)} | "
+            f"{fmt(o['avg'], 2)} / {fmt(o['p50'], 2)} / {fmt(o['p99'], 2)} | {fmt(e['ops_cpu'])} | "
+            f"{fmt(o['ops_cpu'])} | {ratio(o['ops_cpu'], e['ops_cpu'])} |")
+    if bench:
+        md += ["", "Wasmraft through its own `wasmraft.v1` API (`wasmraft-bench`), the same run:", "",
+               "| workload | conns/clients | total | req/s | avg / p50 / p99 ms | ops per server CPU-s |",
+               "| --- | --- | --- | --- | --- | --- |"]
+        for name, r in bench.items():
+            md.append(f"| {BENCH_NAMES.get(name, name)} | {r['cc']} | {r['total']} | {fmt(r['req_s'])} | "
+                      f"{fmt(r['avg'], 2)} / {fmt(r['p50'], 2)} / {fmt(r['p99'], 2)} | {fmt(r['ops_cpu'])} |")
+        lease, lin = bench.get("range-s"), bench.get("range-l")
+        if lease and lin:
+            md += ["", f"Lease reads against our linearizable reads: {ratio(lease['req_s'], lin['req_s'])} req/s."]
+
+    # Throughput and CPU efficiency, side by side per workload.
+    labels = [NAMES[w] for w in workloads]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    for ax, key, title in [(axes[0], "req_s", "requests per second"), (axes[1], "ops_cpu", "operations per server CPU-second")]:
+        xs = range(len(workloads))
+        ax.bar([x - 0.2 for x in xs], [etcd[w][key] or 0 for w in workloads], 0.4, label="etcd 3.6.8", color="#8c8c8c")
+        ax.bar([x + 0.2 for x in xs], [ours[w][key] or 0 for w in workloads], 0.4, label="Wasmraft", color="#2b6cb0")
+        ax.set_xticks(list(xs), labels, rotation=20, ha="right")
+        ax.set_title(title)
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "throughput.png", dpi=110)
+    plt.close(fig)
+
+    # Latency distribution per workload, from the tool's percentiles.
+    fig, axes = plt.subplots(1, len(workloads), figsize=(3.4 * max(len(workloads), 1), 3.8), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        for name, raw, color in [("etcd 3.6.8", "etcd-raw", "#8c8c8c"), ("Wasmraft", "wasmraft-etcd-tool-raw", "#2b6cb0")]:
+            points = distribution(run / raw / f"{w}.out")
+            if points:
+                ax.plot([p for p, _ in points], [ms for _, ms in points], marker="o", markersize=3, label=name, color=color)
+        ax.set_title(NAMES[w], fontsize=9)
+        ax.set_xlabel("percentile")
+        ax.set_ylabel("latency, ms")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "latency.png", dpi=110)
+    plt.close(fig)
+
+    md += ["", "![Throughput and CPU efficiency](throughput.png)", "", "![Latency distribution](latency.png)", ""]
+    (out / "report.md").write_text("\n".join(md))
+    print(f"report: {out / 'report.md'}")
+
+
+if __name__ == "__main__":
+    main()
