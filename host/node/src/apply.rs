@@ -453,8 +453,8 @@ impl ApplyWorker {
         self.last_applied = last;
         self.publish_addresses(records.addresses);
         if let Some(index) = hash_at {
-            let hash = self.storage.state_hash().map_err(|e| format!("hashing the keyspace: {e}"))?;
-            if let Some(expect) = self.hashes.record(index, hash, &self.status) {
+            let (hash, records) = self.storage.state_hash_counted().map_err(|e| format!("hashing the keyspace: {e}"))?;
+            if let Some(expect) = self.hashes.record(index, hash, records, &self.status) {
                 // The leader tells every replica its hash through the log.
                 let (reply, _) = tokio::sync::oneshot::channel();
                 let _ = self.raft.send(LoopMsg::ProposeSystem { data: expect.encode(), reply });

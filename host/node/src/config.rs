@@ -57,8 +57,14 @@ pub struct NodeConfig {
     /// (0: never).
     pub snapshot_entries: u64,
     /// The leader checks that replicas' keyspaces agree every this many
-    /// applied entries (0: only on request).
+    /// applied entries, or every R / 4 for a state of R records when that
+    /// is more (0: only on request).
     pub hash_check_entries: u64,
+    /// A large state is hash-checked less often: every R / this entries for
+    /// R records when that is more than `hash_check_entries`, so that the
+    /// check hashes about this many records per applied entry at most
+    /// (0: every `hash_check_entries` whatever the size).
+    pub hash_check_records_per_entry: u64,
     /// Where compiled plugins are cached (default: `<data_dir>.plugin-cache`
     /// beside the data directory).
     pub plugin_cache: Option<PathBuf>,
@@ -95,6 +101,7 @@ impl Default for NodeConfig {
             snapshot_entries: 10_000,
             join: false,
             hash_check_entries: 10_000,
+            hash_check_records_per_entry: 4,
             plugin_cache: None,
             cluster_id: 0,
         }

@@ -20,6 +20,8 @@ use crate::system::SystemCommand;
 /// Hashes kept for comparison with the leader's.
 const KEEP: usize = 64;
 
+
+
 /// A node's latest keyspace hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HashCheck {
@@ -33,14 +35,22 @@ pub struct HashCheck {
 
 pub(crate) struct HashChecks {
     every: u64,
+    /// A periodic check hashes the whole keyspace. Spread over the entries
+    /// until the next one, it hashes at most about this many records per
+    /// applied entry: a state of R records is checked every R / this
+    /// entries when that is more than `every`, so the check's cost per
+    /// entry stays the same however large the state grows (0: every
+    /// `every` entries whatever the size).
+    records_per_entry: u64,
     next_due: u64,
     own: BTreeMap<u64, [u8; 32]>,
 }
 
 impl HashChecks {
-    /// Checks every `every` applied entries (0: only on request).
-    pub fn new(every: u64, applied: u64) -> Self {
-        Self { every, next_due: applied.saturating_add(every), own: BTreeMap::new() }
+    /// Checks every `every` applied entries (0: only on request), less
+    /// often for a state of more than `every * records_per_entry` records.
+    pub fn new(every: u64, records_per_entry: u64, applied: u64) -> Self {
+        Self { every, records_per_entry, next_due: applied.saturating_add(every), own: BTreeMap::new() }
     }
 
     /// Whether a periodic check is due (proposed by the leader only).
@@ -52,9 +62,10 @@ impl HashChecks {
         is_leader
     }
 
-    /// Records this node's hash at `index`; on the leader, returns the
-    /// entry that tells the others.
-    pub fn record(&mut self, index: u64, hash: [u8; 32], status: &Mutex<NodeStatus>) -> Option<SystemCommand> {
+    /// Records this node's hash at `index`, taken over `records` records;
+    /// on the leader, returns the entry that tells the others.
+    pub fn record(&mut self, index: u64, hash: [u8; 32], records: u64, status: &Mutex<NodeStatus>) -> Option<SystemCommand> {
+        self.schedule(index, records);
         self.own.insert(index, hash);
         while self.own.len() > KEEP {
             self.own.pop_first();
@@ -64,6 +75,15 @@ impl HashChecks {
         status.hash_check = Some(HashCheck { index, sha256: hex(&hash), matches_leader: None });
         tracing::info!(index, sha256 = %hex(&hash), "keyspace hash");
         (status.role == wasmraft_raft::Role::Leader).then_some(SystemCommand::ExpectHash { index, hash })
+    }
+
+    /// After a check at `index` over `records` records: the next one is
+    /// due `hash_check_entries` on, or later for a large state.
+    fn schedule(&mut self, index: u64, records: u64) {
+        if self.every > 0 {
+            let spread = records.checked_div(self.records_per_entry).unwrap_or(0);
+            self.next_due = self.next_due.max(index.saturating_add(self.every.max(spread)));
+        }
     }
 
     /// Compares the leader's hash at `index` with this node's.
@@ -93,4 +113,35 @@ impl HashChecks {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_state_is_checked_less_often_a_small_one_every_interval() {
+        let mut checks = HashChecks::new(100, 4, 0);
+        assert!(!checks.due(99, true));
+        assert!(checks.due(100, true));
+        // A small state: the next check 100 entries on.
+        checks.schedule(101, 40);
+        assert!(!checks.due(200, true));
+        assert!(checks.due(201, true));
+        // 4,000 records: hashed every 1,000 entries, about 4 per entry.
+        checks.schedule(202, 4_000);
+        assert!(!checks.due(1_201, true));
+        assert!(checks.due(1_202, true));
+        // Followers never propose.
+        let mut follower = HashChecks::new(100, 4, 0);
+        assert!(!follower.due(100, false));
+        // Off stays off.
+        let mut off = HashChecks::new(0, 4, 0);
+        off.schedule(5, 1_000_000);
+        assert!(!off.due(u64::MAX, true));
+        // Without spreading: every 100 entries whatever the size.
+        let mut fixed = HashChecks::new(100, 0, 0);
+        fixed.schedule(100, 1_000_000);
+        assert!(fixed.due(200, true));
+    }
 }

@@ -413,7 +413,7 @@ impl Node {
             loader: Some(loader.clone()),
             queries: queries.clone(),
             boot_wasm: Arc::from(wasm),
-            hashes: HashChecks::new(config.hash_check_entries, applied.index.0),
+            hashes: HashChecks::new(config.hash_check_entries, config.hash_check_records_per_entry, applied.index.0),
             metrics: metrics.clone(),
             replay: crate::progress::Replay::new(applied.index.0, hard_state.commit.0),
             wake: wake.clone(),

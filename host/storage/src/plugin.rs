@@ -101,12 +101,19 @@ impl Storage {
     /// Call it from the apply thread (the only writer) for an exact applied
     /// index: sessions are written in the same batch as the state.
     pub fn state_hash(&self) -> Result<[u8; 32], StorageError> {
+        Ok(self.state_hash_counted()?.0)
+    }
+
+    /// [`state_hash`](Self::state_hash), and how many records it hashed.
+    pub fn state_hash_counted(&self) -> Result<([u8; 32], u64), StorageError> {
         let mut hash = Sha256::new();
+        let mut records = 0u64;
         let mut add = |k: &[u8], v: &[u8]| {
             hash.update((k.len() as u64).to_be_bytes());
             hash.update(k);
             hash.update((v.len() as u64).to_be_bytes());
             hash.update(v);
+            records += 1;
         };
         for item in self.db.iterator_cf(self.cf(CF_STATE), IteratorMode::Start) {
             let (k, v) = item?;
@@ -122,6 +129,6 @@ impl Storage {
             }
             add(&k, &v);
         }
-        Ok(hash.finalize().into())
+        Ok((hash.finalize().into(), records))
     }
 }

@@ -167,6 +167,8 @@ pub(super) fn node_config(id: u64, voters: &[u64], dir: &Path, plugin_cache: &Pa
         bootstrap_voters: voters.to_vec(),
         snapshot_entries: 40,
         hash_check_entries: 25,
+        // Every 25 entries however large the state: checks land often.
+        hash_check_records_per_entry: 0,
         // Small, so that handing committed entries to apply pauses often.
         max_applying_bytes: 4 << 10,
         plugin_cache: Some(PathBuf::from(plugin_cache)),
