@@ -2,12 +2,14 @@
 # How Wasmraft's cost grows with the work, on local clusters of `wasmraft
 # run` (fsync on, the release build), driven by wasmraft-bench through
 # `wasmraft.v1`: value size (256 B, 4 KiB, 64 KiB), concurrent clients (1
-# to 1000: throughput and the p99 curve) and 3 against 5 nodes. Prints a
+# to 1000: throughput and the p99 curve), 3 against 5 nodes, and a large
+# state (STATE_KEYS keys, default 1,000,000: reads over it, and the time a
+# new learner takes to install its snapshot and catch up). Prints a
 # markdown table: req/s, p50 and p99 latency, the servers' CPU seconds and
 # operations per server CPU-second.
 #
-#   benches/scaling.sh                     # every dimension
-#   DIMENSIONS="values nodes" benches/scaling.sh
+#   benches/scaling.sh                     # values, clients, nodes
+#   DIMENSIONS=state STATE_KEYS=200000 benches/scaling.sh
 #
 # Needs WASMRAFT_BIN (default target/release/wasmraft) and WASMRAFT_BENCH
 # (default target/debug/wasmraft-bench).
@@ -16,6 +18,7 @@ cd "$(dirname "$0")/.."
 BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/release/wasmraft}
 BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
 DIMENSIONS=${DIMENSIONS:-"values clients nodes"}
+STATE_KEYS=${STATE_KEYS:-1000000}
 OUT=$(mktemp -d /tmp/wasmraft-scaling.XXXXXX)
 PIDS=()
 stop() { kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; PIDS=(); }
@@ -96,6 +99,34 @@ for dim in $DIMENSIONS; do
       stop
     done
     ;;
-  *) echo "unknown dimension $dim (values, clients, nodes)" >&2; exit 2 ;;
+  state)
+    start 3
+    row state "put into a growing state, to $STATE_KEYS keys" 200 1000 "$STATE_KEYS" --value-size 256 --sequential-keys put
+    row state "get linearizable, $STATE_KEYS keys" 200 1000 50000 --value-size 256 --sequential-keys --key-space "$STATE_KEYS" range --consistency l
+    row state "get eventual, $STATE_KEYS keys" 200 1000 50000 --value-size 256 --sequential-keys --key-space "$STATE_KEYS" range --consistency e
+    # A new learner: it catches up by installing the leader's snapshot.
+    peers=""
+    for i in 1 2 3 4; do peers+="$i = \"127.0.0.1:$((7478 + i))\""$'\n'; done
+    printf 'id = 4\ndata_dir = "%s/data/node-4"\nlisten = "127.0.0.1:7382"\njoin = true\n[peers]\n%s' "$OUT" "$peers" > "$OUT/node4.toml"
+    "$BIN" --log-level info run --config "$OUT/node4.toml" 2> "$OUT/node4.log" &
+    PIDS+=($!)
+    sleep 1
+    commit=$("$BIN" status --endpoints "$EP" | sed -n 's/^commit: *//p' | head -1)
+    t0=$(date +%s.%N)
+    "$BIN" member add-learner 4 127.0.0.1:7482 --endpoints "$EP" > /dev/null
+    applied=0
+    for _ in $(seq 6000); do
+      applied=$("$BIN" status --endpoints 127.0.0.1:7382 2>/dev/null | sed -n 's/^applied: *//p' | head -1)
+      [ "${applied:-0}" -ge "$commit" ] && break
+      sleep 0.1
+    done
+    t1=$(date +%s.%N)
+    bytes=$(du -sb "$OUT/data/node-4" | cut -f1)
+    installs=$(grep -c "installed a snapshot" "$OUT/node4.log" || true)
+    awk -v a="$t0" -v b="$t1" -v n="$STATE_KEYS" -v mb="$bytes" -v s="$installs" 'BEGIN {
+      printf "| state | a new learner catches up, %d keys (%d snapshot install(s), %.0f MiB on disk) | - | - | %.1f s | - | - | - | - |\n", n, s, mb / 1048576, b - a }'
+    stop
+    ;;
+  *) echo "unknown dimension $dim (values, clients, nodes, state)" >&2; exit 2 ;;
   esac
 done
