@@ -19,6 +19,9 @@ BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/release/wasmraft}
 BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
 DIMENSIONS=${DIMENSIONS:-"values clients nodes"}
 STATE_KEYS=${STATE_KEYS:-1000000}
+# Seconds to leave the large state idle between its puts and its reads
+# (the servers' CPU meanwhile is background work: RocksDB compaction).
+STATE_SETTLE_S=${STATE_SETTLE_S:-0}
 OUT=$(mktemp -d /tmp/wasmraft-scaling.XXXXXX)
 PIDS=()
 stop() { kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; PIDS=(); }
@@ -102,6 +105,10 @@ for dim in $DIMENSIONS; do
   state)
     start 3
     row state "put into a growing state, to $STATE_KEYS keys" 200 1000 "$STATE_KEYS" --value-size 256 --sequential-keys put
+    if [ "$STATE_SETTLE_S" -gt 0 ]; then
+      c0=$(cpu_of "${PIDS[@]}"); sleep "$STATE_SETTLE_S"; c1=$(cpu_of "${PIDS[@]}")
+      awk -v a="$c0" -v b="$c1" -v s="$STATE_SETTLE_S" 'BEGIN { printf "| state | idle %d s after the puts | - | - | - | - | - | %.2f | - |\n", s, b - a }'
+    fi
     row state "get linearizable, $STATE_KEYS keys" 200 1000 50000 --value-size 256 --sequential-keys --key-space "$STATE_KEYS" range --consistency l
     row state "get eventual, $STATE_KEYS keys" 200 1000 50000 --value-size 256 --sequential-keys --key-space "$STATE_KEYS" range --consistency e
     # A new learner: it catches up by installing the leader's snapshot.
