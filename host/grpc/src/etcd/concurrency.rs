@@ -156,8 +156,8 @@ impl Recipes {
     }
 
     /// Creates `key` with `value` on `lease` unless it exists; answers its
-    /// create revision, its value and the header, and whether it was new.
-    async fn claim(&self, key: &[u8], value: &[u8], lease: i64) -> Result<(i64, Vec<u8>, Option<ResponseHeader>, bool), Status> {
+    /// create revision, its value and the header.
+    async fn claim(&self, key: &[u8], value: &[u8], lease: i64) -> Result<(i64, Vec<u8>, Option<ResponseHeader>), Status> {
         let put = PutRequest { key: key.to_vec(), value: value.to_vec(), lease, ..Default::default() };
         let get = RangeRequest { key: key.to_vec(), ..Default::default() };
         let txn = TxnRequest {
@@ -168,10 +168,10 @@ impl Recipes {
         let resp = self.txn(txn).await?;
         let revision = resp.header.as_ref().map_or(0, |h| h.revision);
         if resp.succeeded {
-            return Ok((revision, value.to_vec(), resp.header, true));
+            return Ok((revision, value.to_vec(), resp.header));
         }
         match range_of(resp.responses.first()).and_then(|r| r.kvs.first()) {
-            Some(kv) => Ok((kv.create_revision, kv.value.clone(), resp.header, false)),
+            Some(kv) => Ok((kv.create_revision, kv.value.clone(), resp.header)),
             // Deleted between the compare and the read: impossible in one
             // txn, but answer rather than trust it.
             None => Err(malformed()),
@@ -261,7 +261,7 @@ impl Lock for EtcdLock {
         let recipes = &self.0;
         let lease = recipes.session_lease(r.lease).await?;
         let (prefix, key) = holder_key(&r.name, lease);
-        let (revision, _, header, _) = recipes.claim(&key, b"", lease).await?;
+        let (revision, _, header) = recipes.claim(&key, b"", lease).await?;
         recipes.wait_turn(&prefix, &key, revision, "mutex: session is expired").await?;
         Ok(Response::new(LockResponse { header, key }))
     }
@@ -288,7 +288,7 @@ impl Election for EtcdElection {
         let recipes = &self.0;
         let lease = recipes.session_lease(r.lease).await?;
         let (prefix, key) = holder_key(&r.name, lease);
-        let (revision, value, mut header, _) = recipes.claim(&key, &r.value, lease).await?;
+        let (revision, value, mut header) = recipes.claim(&key, &r.value, lease).await?;
         if value != r.value {
             // Already campaigning with another value: proclaim this one.
             let put = PutRequest { key: key.clone(), value: r.value.clone(), lease, ..Default::default() };
