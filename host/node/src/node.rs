@@ -564,6 +564,7 @@ impl Node {
         self.check_request_size(&command)?;
         self.check_apply_lag()?;
         self.await_leader().await?;
+        self.refuse_if_following()?;
         let _admitted = self.admit(command.len())?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Propose {
@@ -585,6 +586,7 @@ impl Node {
             return Err(Error::Invalid(format!("a renewal key of {} bytes; at most {}", key.len(), u16::MAX)));
         }
         self.await_leader().await?;
+        self.refuse_if_following()?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Renew { key, reply })?;
         self.wait(rx).await?
@@ -1053,6 +1055,19 @@ impl Node {
             Ok(_) => Ok(()),
             Err(Error::Timeout) => Err(Error::NotLeader { leader: None }),
             Err(e) => Err(e),
+        }
+    }
+
+    /// A node that knows another leader refuses here, as its Raft loop
+    /// would: a follower's writes go to the leader without a round trip
+    /// through its own Raft thread first. (Just after this node won an
+    /// election its status may name the old leader for one loop turn; the
+    /// refusal then names a node that refuses too, and the client retries,
+    /// as after any leader change.)
+    fn refuse_if_following(&self) -> Result<(), Error> {
+        match self.inner.status.lock().leader {
+            Some(leader) if leader.0 != self.id() => Err(Error::NotLeader { leader: Some(leader) }),
+            _ => Ok(()),
         }
     }
 
