@@ -79,11 +79,11 @@ async fn a_hundred_concurrent_large_puts_succeed_without_an_election() {
     assert_eq!(range_count(&answer), PUTS as i64);
 
     // Admission holds at most 64 MiB of requests per node; the 140 MiB sent
-    // never sit in one node's memory at once. The peak is mostly glibc's
-    // per-thread malloc arenas (64 MiB regions, up to 8 per core) holding
-    // freed entry buffers, not live data: 426-763 MiB over 8 runs with
-    // bounded peer lanes and RocksDB memtables, 530-885 MiB over 5 runs
-    // before; too close for a tighter bound that would not be flaky.
+    // never sit in one node's memory at once. The peak is mostly freed
+    // entry buffers the allocator still holds, not live data: with glibc's
+    // per-thread arenas 426-763 MiB over 8 runs (530-885 MiB before the
+    // peer lanes and RocksDB memtables were bounded), 396-760 MiB with
+    // mimalloc; too close for a tighter bound that would not be flaky.
     for id in cluster.ids() {
         let peak = cluster.peak_rss_kib(id).expect("the node's /proc status");
         println!("node {id}: peak RSS {} MiB", peak / 1024);

@@ -16,6 +16,11 @@ use prost::Message;
 use wasmraft_node::{Consistency, KV_PLUGIN, LocalCluster};
 use wasmraft_proto::etcdserverpb::{PutRequest, RangeRequest, RequestOp, request_op::Request};
 
+// The allocator the `wasmraft` binary uses; an embedding application
+// chooses its own.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 struct Args {
     /// Nodes in the cluster.
