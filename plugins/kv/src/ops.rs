@@ -106,22 +106,28 @@ pub(crate) fn range(r: &RangeRequest, rev: &Revision) -> Result<RangeResponse, K
         all.retain(|kv| passes_filters(r, kv));
         sort(&mut all, target, order);
         all
-    } else {
+    } else if r.count_only {
         resp.count = keyspace::count(&r.key, &r.range_end);
-        if r.count_only {
-            return Ok(resp);
-        }
-        if target == SortTarget::Key && !filtered {
-            // The store already orders by key: let it apply the limit,
-            // asking for one more to learn whether there is more.
-            let fetch = if limit == 0 { 0 } else { limit.saturating_add(1) };
-            keyspace::range(&r.key, &r.range_end, fetch, order == SortOrder::Descend)
+        return Ok(resp);
+    } else if target == SortTarget::Key && !filtered {
+        // The store already orders by key: let it apply the limit,
+        // asking for one more to learn whether there is more.
+        let fetch = if limit == 0 { 0 } else { limit.saturating_add(1) };
+        let kvs = keyspace::range(&r.key, &r.range_end, fetch, order == SortOrder::Descend);
+        // The count is of the whole range (etcd's, before limit and
+        // filters): only a range the limit cut short needs counting apart.
+        resp.count = if fetch == 0 || kvs.len() < fetch as usize {
+            kvs.len() as i64
         } else {
-            let mut all = keyspace::range(&r.key, &r.range_end, 0, false);
-            all.retain(|kv| passes_filters(r, kv));
-            sort(&mut all, target, order);
-            all
-        }
+            keyspace::count(&r.key, &r.range_end)
+        };
+        kvs
+    } else {
+        let mut all = keyspace::range(&r.key, &r.range_end, 0, false);
+        resp.count = all.len() as i64;
+        all.retain(|kv| passes_filters(r, kv));
+        sort(&mut all, target, order);
+        all
     };
     if limit > 0 && kvs.len() > limit as usize {
         kvs.truncate(limit as usize);

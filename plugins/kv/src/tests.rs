@@ -471,3 +471,30 @@ fn a_txn_is_checked_whole_before_it_runs() {
     assert_eq!(apply_txn(&mut h, txn).unwrap_err(), future);
     assert_eq!(range_at(&h, 0).unwrap(), pairs(&[]));
 }
+
+/// etcd's count is of the whole range at the revision, whatever the limit,
+/// the order or the revision filters cut from the answer.
+#[test]
+fn a_range_counts_every_key_in_it_whatever_it_returns() {
+    let mut h = TestHost::<Kv>::new();
+    for key in ["a", "b", "c", "d", "e"] {
+        put(&mut h, key, "1");
+    }
+    let range = |r: RangeRequest| match answer(h.query(bytes(Req::RequestRange(r))).unwrap()) {
+        Resp::ResponseRange(r) => (r.count, r.kvs.len(), r.more),
+        other => panic!("{other:?}"),
+    };
+    let all = || RangeRequest { key: "a".into(), range_end: "z".into(), ..Default::default() };
+    assert_eq!(range(all()), (5, 5, false));
+    for (limit, returned, more) in [(1, 1, true), (4, 4, true), (5, 5, false), (6, 5, false)] {
+        assert_eq!(range(RangeRequest { limit, ..all() }), (5, returned, more), "limit {limit}");
+    }
+    let descending = RangeRequest { limit: 2, sort_order: crate::pb::etcdserverpb::range_request::SortOrder::Descend as i32, ..all() };
+    assert_eq!(range(descending), (5, 2, true));
+    // Revisions 2..=6: keys d and e were put at 5 and 6.
+    assert_eq!(range(RangeRequest { min_mod_revision: 5, ..all() }), (5, 2, false));
+    assert_eq!(range(RangeRequest { count_only: true, ..all() }), (5, 0, false));
+    assert_eq!(range(RangeRequest { key: "c".into(), ..Default::default() }), (1, 1, false));
+    assert_eq!(range(RangeRequest { key: "x".into(), ..Default::default() }), (0, 0, false));
+    assert_eq!(range(RangeRequest { key: "b".into(), range_end: "d".into(), limit: 1, ..Default::default() }), (2, 1, true));
+}
