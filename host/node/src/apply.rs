@@ -101,29 +101,26 @@ impl ApplyWorker {
     /// Runs the worker on this thread until its channel closes or it fails.
     pub fn run(mut self, tasks: Receiver<ApplyTask>) {
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "apply");
-        let mut next = None;
         loop {
-            let task = match next.take() {
-                Some(task) => task,
-                None => match tasks.recv() {
-                    Ok(task) => task,
-                    Err(_) => return,
-                },
+            // Whenever nothing is queued, before waiting: under load the
+            // registrations of new proposals (`Await`) come between two
+            // batches, and the next batch should still find its instance
+            // ready (`idle` does nothing when it is).
+            let task = match tasks.try_recv() {
+                Ok(task) => task,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if self.idle() == Flow::Stop {
+                        return;
+                    }
+                    match tasks.recv() {
+                        Ok(task) => task,
+                        Err(_) => return,
+                    }
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
             };
-            let applied = matches!(task, ApplyTask::Apply(_));
             if self.handle(task) == Flow::Stop {
                 return;
-            }
-            if applied {
-                match tasks.try_recv() {
-                    Ok(task) => next = Some(task),
-                    Err(std::sync::mpsc::TryRecvError::Empty) => {
-                        if self.idle() == Flow::Stop {
-                            return;
-                        }
-                    }
-                    Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
-                }
             }
         }
     }
