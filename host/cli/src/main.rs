@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 // A node allocates and frees many small buffers per request on several
 // threads (HTTP/2 frames, protobuf messages, plugin calls); mimalloc's
 // thread-local heaps serve them for less CPU than glibc's arenas
-// (benches/README.md, "Allocator").
+// (benches/README.md, "2026-11-26 (morning)").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -563,8 +563,7 @@ impl Node {
         self.check_alive()?;
         self.check_request_size(&command)?;
         self.check_apply_lag()?;
-        self.await_leader().await?;
-        self.refuse_if_following()?;
+        self.await_leading().await?;
         let _admitted = self.admit(command.len())?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Propose {
@@ -585,8 +584,7 @@ impl Node {
         if key.len() > u16::MAX as usize {
             return Err(Error::Invalid(format!("a renewal key of {} bytes; at most {}", key.len(), u16::MAX)));
         }
-        self.await_leader().await?;
-        self.refuse_if_following()?;
+        self.await_leading().await?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Renew { key, reply })?;
         self.wait(rx).await?
@@ -1043,30 +1041,29 @@ impl Node {
         self.inner.events.subscribe()
     }
 
-    /// Returns at once while this node knows a leader; during an election
-    /// waits for its outcome, up to the request timeout, as etcd's clients
-    /// do, instead of failing a request that a moment later would succeed.
-    /// Still no leader then: `NotLeader { leader: None }`.
-    async fn await_leader(&self) -> Result<(), Error> {
-        if self.inner.status.lock().leader.is_some() {
-            return Ok(());
+    /// Returns the leader at once while this node knows one; during an
+    /// election waits for its outcome, up to the request timeout, as etcd's
+    /// clients do, instead of failing a request that a moment later would
+    /// succeed. Still no leader then: `NotLeader { leader: None }`.
+    async fn await_leader(&self) -> Result<u64, Error> {
+        if let Some(leader) = self.inner.status.lock().leader {
+            return Ok(leader.0);
         }
         match self.wait_for_leader().await {
-            Ok(_) => Ok(()),
             Err(Error::Timeout) => Err(Error::NotLeader { leader: None }),
-            Err(e) => Err(e),
+            found => found,
         }
     }
 
-    /// A node that knows another leader refuses here, as its Raft loop
-    /// would: a follower's writes go to the leader without a round trip
-    /// through its own Raft thread first. (Just after this node won an
-    /// election its status may name the old leader for one loop turn; the
-    /// refusal then names a node that refuses too, and the client retries,
-    /// as after any leader change.)
-    fn refuse_if_following(&self) -> Result<(), Error> {
-        match self.inner.status.lock().leader {
-            Some(leader) if leader.0 != self.id() => Err(Error::NotLeader { leader: Some(leader) }),
+    /// [`Self::await_leader`], refusing here if the leader is another node,
+    /// as the Raft loop would: a follower's writes go to the leader without
+    /// a round trip through its own Raft thread first. (Just after this node
+    /// won an election its status may name the old leader for one loop
+    /// turn; the refusal then names a node that refuses too, and the client
+    /// retries, as after any leader change.)
+    async fn await_leading(&self) -> Result<(), Error> {
+        match self.await_leader().await? {
+            leader if leader != self.id() => Err(Error::NotLeader { leader: Some(NodeId(leader)) }),
             _ => Ok(()),
         }
     }

@@ -489,7 +489,8 @@ fn a_range_counts_every_key_in_it_whatever_it_returns() {
     for (limit, returned, more) in [(1, 1, true), (4, 4, true), (5, 5, false), (6, 5, false)] {
         assert_eq!(range(RangeRequest { limit, ..all() }), (5, returned, more), "limit {limit}");
     }
-    let descending = RangeRequest { limit: 2, sort_order: crate::pb::etcdserverpb::range_request::SortOrder::Descend as i32, ..all() };
+    use crate::pb::etcdserverpb::range_request::SortOrder;
+    let descending = RangeRequest { limit: 2, sort_order: SortOrder::Descend as i32, ..all() };
     assert_eq!(range(descending), (5, 2, true));
     // Revisions 2..=6: keys d and e were put at 5 and 6.
     assert_eq!(range(RangeRequest { min_mod_revision: 5, ..all() }), (5, 2, false));
