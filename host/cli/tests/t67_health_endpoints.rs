@@ -117,6 +117,7 @@ async fn every_series_exists_and_moves_under_load_a_snapshot_and_a_leader_change
         "wasmraft_elections_total",
         "wasmraft_leader_changes_total",
         "wasmraft_read_index_rounds_total",
+        "wasmraft_proposals_forwarded_total",
         "wasmraft_snapshots_sent_total",
         "wasmraft_snapshots_send_failures_total",
         "wasmraft_snapshots_installed_total",
@@ -145,6 +146,13 @@ async fn every_series_exists_and_moves_under_load_a_snapshot_and_a_leader_change
             client.query(range_request("m1", b""), consistency).await.unwrap();
         }
     }
+    // Writes taken by a follower go to the leader in its Raft stream.
+    let mut via_follower = pinned_client(cluster.addr(followers[1])).await;
+    for i in 0..5 {
+        via_follower.propose(put_request(&format!("f{i}"), "v")).await.unwrap();
+    }
+    let forwarded = total(&scrape(&cluster, followers[1]), "wasmraft_proposals_forwarded_total", &[]);
+    assert!(forwarded >= Some(5.0), "follower {} forwarded {forwarded:?} writes", followers[1]);
     cluster.restart(lagging).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while total(&scrape(&cluster, lagging), "wasmraft_snapshots_installed_total", &[]) < Some(1.0) {

@@ -25,8 +25,9 @@ pub enum LaneKind {
     /// ReadIndex traffic: small and latency-critical (a heartbeat late by
     /// an election timeout costs an election).
     Control,
-    /// AppendEntries and their answers: large, and their order matters
-    /// (the core relies on appends to a peer arriving in order).
+    /// AppendEntries and their answers, forwarded proposals and theirs:
+    /// large, and their order matters (the core relies on appends to a
+    /// peer arriving in order).
     Data,
 }
 
@@ -34,7 +35,13 @@ impl LaneKind {
     /// The lane a message travels on.
     pub fn of(body: &MessageBody) -> LaneKind {
         match body {
-            MessageBody::AppendEntries { .. } | MessageBody::AppendResponse { .. } => LaneKind::Data,
+            // A proposal's answer goes ahead of the append carrying its
+            // entries, so the follower knows whom an entry answers before
+            // it applies it.
+            MessageBody::AppendEntries { .. }
+            | MessageBody::AppendResponse { .. }
+            | MessageBody::Propose { .. }
+            | MessageBody::ProposeResponse { .. } => LaneKind::Data,
             _ => LaneKind::Control,
         }
     }

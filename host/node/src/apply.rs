@@ -68,7 +68,10 @@ pub(crate) struct ApplyWorker {
     pub applied: watch::Sender<u64>,
     pub events: broadcast::Sender<Arc<EntryEvent>>,
     pub status: Arc<Mutex<NodeStatus>>,
-    pub waiters: BTreeMap<Index, (Term, ProposeReply)>,
+    /// Clients waiting for the entry their leader (of that term) placed at
+    /// an index. Two may wait at one index: a follower's forwarded entry
+    /// from one term, and its own from a later one as leader.
+    pub waiters: BTreeMap<(Index, Term), ProposeReply>,
     /// Keep-alives waiting for the tick that carries them.
     pub renewal_waiters: BTreeMap<Index, (Term, Vec<ProposeReply>)>,
     pub last_applied: LogId,
@@ -132,10 +135,13 @@ impl ApplyWorker {
         match task {
             ApplyTask::Await { index, term, reply } => {
                 if index <= self.last_applied.index {
-                    // Cannot happen (registration precedes commit); be safe.
-                    let _ = reply.send(Err(Error::ProposalDropped));
+                    // Cannot happen (registration precedes commit: a leader
+                    // registers before its Ready, a follower on the answer
+                    // that precedes the append); the entry may have
+                    // applied, so its outcome is unknown.
+                    let _ = reply.send(Err(Error::Timeout));
                 } else {
-                    self.waiters.insert(index, (term, reply));
+                    self.waiters.insert((index, term), reply);
                 }
             }
             ApplyTask::AwaitRenewals { index, term, replies } => {
@@ -183,17 +189,17 @@ impl ApplyWorker {
         Flow::Continue
     }
 
-    /// Answers "dropped" to the proposals and keep-alives still waiting at
-    /// or below `last`: their entries never came (a replaced log suffix), or
-    /// a snapshot covered them.
-    fn drop_waiters_through(&mut self, last: Index) {
-        let later = self.waiters.split_off(&Index(last.0.saturating_add(1)));
-        for (_, reply) in std::mem::replace(&mut self.waiters, later).into_values() {
-            let _ = reply.send(Err(Error::ProposalDropped));
+    /// Answers `why` to the proposals and keep-alives still waiting at or
+    /// below `last`: their entries never came (a replaced log suffix:
+    /// dropped), or a snapshot covered them (outcome unknown).
+    fn drop_waiters_through(&mut self, last: Index, why: Error) {
+        let later = self.waiters.split_off(&(Index(last.0.saturating_add(1)), Term(0)));
+        for reply in std::mem::replace(&mut self.waiters, later).into_values() {
+            let _ = reply.send(Err(why.clone()));
         }
         let later = self.renewal_waiters.split_off(&Index(last.0.saturating_add(1)));
         for reply in std::mem::replace(&mut self.renewal_waiters, later).into_values().flat_map(|(_, r)| r) {
-            let _ = reply.send(Err(Error::ProposalDropped));
+            let _ = reply.send(Err(why.clone()));
         }
     }
 
@@ -215,7 +221,7 @@ impl ApplyWorker {
         self.status.lock().set_fatal(fatal.clone());
         // Wake the Raft loop so that it stops leading now, not at its next tick.
         let _ = self.raft.send(LoopMsg::Applied(self.last_applied.index));
-        for (_, (_, reply)) in std::mem::take(&mut self.waiters) {
+        for reply in std::mem::take(&mut self.waiters).into_values() {
             let _ = reply.send(Err(Error::Fatal(fatal.clone())));
         }
         for reply in std::mem::take(&mut self.renewal_waiters).into_values().flat_map(|(_, r)| r) {
@@ -261,7 +267,7 @@ impl ApplyWorker {
         self.snapshot_index = meta.last.index.0;
         // Proposals waiting at covered indexes were decided by the leader's
         // log; their outcome is not known here.
-        self.drop_waiters_through(meta.last.index);
+        self.drop_waiters_through(meta.last.index, Error::Timeout);
         self.publish_stored_wake_up()?;
         self.status.lock().applied = meta.last.index.0;
         self.applied.send_replace(meta.last.index.0);
@@ -459,10 +465,18 @@ impl ApplyWorker {
         }
 
         for ((e, outcome), at) in entries.iter().zip(outcomes).zip(applied_at) {
-            if let Some((term, reply)) = self.waiters.remove(&e.log_id.index) {
+            let mut result = Some(outcome.map(|response| Applied { index: at, response }));
+            while let Some((&(index, term), _)) = self.waiters.first_key_value() {
+                if index > e.log_id.index {
+                    break;
+                }
+                let reply = self.waiters.pop_first().expect("just seen").1;
                 // Another leader's entry at this index means ours was dropped.
-                let result = outcome.map(|response| Applied { index: at, response });
-                let _ = reply.send(if term == e.log_id.term { result } else { Err(Error::ProposalDropped) });
+                let answer = match result.take_if(|_| index == e.log_id.index && term == e.log_id.term) {
+                    Some(r) => r,
+                    None => Err(Error::ProposalDropped),
+                };
+                let _ = reply.send(answer);
             }
         }
         self.finish_applied(last.index, batch.events);
@@ -473,7 +487,7 @@ impl ApplyWorker {
     /// entries never came (a replaced log suffix), publishes `events`, and
     /// tells the node and the Raft loop.
     pub(crate) fn finish_applied(&mut self, last: Index, events: Vec<EntryEvent>) {
-        self.drop_waiters_through(last);
+        self.drop_waiters_through(last, Error::ProposalDropped);
         for ev in events {
             let _ = self.events.send(Arc::new(ev));
         }

@@ -32,6 +32,23 @@ pub fn stamp(bytes: &[u8]) -> Option<u64> {
     }
 }
 
+/// Sets the timestamp of an encoded envelope: a leader stamps the commands
+/// a follower forwarded. Refuses bytes that are not an envelope.
+pub fn restamp(bytes: &mut [u8], timestamp_ms: u64) -> Result<(), String> {
+    match bytes {
+        [VERSION, rest @ ..] if rest.len() >= HEADER - 1 => {
+            rest[..8].copy_from_slice(&timestamp_ms.to_be_bytes());
+            Ok(())
+        }
+        [VERSION, ..] => Err(format!("log command of {} bytes is shorter than its header", bytes.len())),
+        [version, ..] => Err(format!("unknown log command version {version}")),
+        [] => Err("an empty log command".into()),
+    }
+}
+
+/// The bytes of the envelope header before a command.
+pub const HEADER_BYTES: usize = HEADER;
+
 impl Envelope {
     /// The bytes stored in the log.
     pub fn encode(&self) -> Vec<u8> {
@@ -69,5 +86,16 @@ mod tests {
         let mut bad = e.encode();
         bad[0] = 2;
         assert!(Envelope::decode(&bad).unwrap_err().contains("version 2"));
+    }
+
+    #[test]
+    fn restamping_sets_only_the_timestamp_and_refuses_what_is_no_envelope() {
+        let e = Envelope { timestamp_ms: 0, client_id: 7, sequence: 9, command: b"xyz".to_vec() };
+        let mut bytes = e.encode();
+        restamp(&mut bytes, 1234).unwrap();
+        assert_eq!(Envelope::decode(&bytes).unwrap(), Envelope { timestamp_ms: 1234, ..e });
+        assert!(restamp(&mut [1, 2, 3], 5).unwrap_err().contains("shorter"));
+        assert!(restamp(&mut [2; 40], 5).unwrap_err().contains("version 2"));
+        assert!(restamp(&mut [], 5).is_err());
     }
 }

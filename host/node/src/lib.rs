@@ -21,6 +21,7 @@ mod deploy;
 mod divergence;
 mod envelope;
 mod error;
+mod forwarding;
 mod kv_plugin;
 mod local_cluster;
 mod log_writer;

@@ -167,6 +167,8 @@ pub struct NodeMetrics {
     pub leader_changes: AtomicU64,
     /// ReadIndex rounds this node started as leader.
     pub read_index_rounds: AtomicU64,
+    /// Proposals this node sent to the leader as follower.
+    pub proposals_forwarded: AtomicU64,
     /// Snapshots sent to followers that took them.
     pub snapshots_sent_ok: AtomicU64,
     /// Snapshots that failed on the way to a follower.
@@ -194,6 +196,7 @@ impl Default for NodeMetrics {
             elections: AtomicU64::new(0),
             leader_changes: AtomicU64::new(0),
             read_index_rounds: AtomicU64::new(0),
+            proposals_forwarded: AtomicU64::new(0),
             snapshots_sent_ok: AtomicU64::new(0),
             snapshots_sent_failed: AtomicU64::new(0),
             snapshots_installed: AtomicU64::new(0),

@@ -454,6 +454,10 @@ impl Node {
                 done: raft_tx.clone(),
             },
             in_flight: None,
+            forwarding: crate::forwarding::Forwarding::new(crate::forwarding::random_session()),
+            forwarding_swept: std::time::Instant::now(),
+            max_request_bytes: config.max_request_bytes,
+            max_apply_lag: config.max_apply_lag,
             election_timeout: config.tick_interval * config.election_ticks as u32,
             unwritten_bytes: 0,
             slow_syncs: crate::raft_loop::SlowSyncs::new(
@@ -563,7 +567,8 @@ impl Node {
         self.check_alive()?;
         self.check_request_size(&command)?;
         self.check_apply_lag()?;
-        self.await_leading().await?;
+        // A follower sends it to the leader in its Raft stream.
+        self.await_leader().await?;
         let _admitted = self.admit(command.len())?;
         let (reply, rx) = oneshot::channel();
         self.send(LoopMsg::Propose {

@@ -15,6 +15,7 @@ use wasmraft_raft::{Message, MessageBody};
 pub(crate) fn message_bytes(m: &Message) -> u64 {
     let entries = match &m.body {
         MessageBody::AppendEntries { entries, .. } => entries.iter().map(wasmraft_raft::Entry::size).sum(),
+        MessageBody::Propose { commands, .. } => commands.iter().map(|c| c.len() as u64 + 16).sum(),
         _ => 0,
     };
     64 + entries

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use wasmraft_raft::{
-    Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, RawNode, ReadId,
-    Ready, Role,
+    Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, ProposeOutcome, RawNode,
+    ReadId, Ready, Role, Term,
 };
 use wasmraft_storage::{StagedSnapshot, Storage};
 
 use crate::apply::{ApplyPort, ApplyTask};
-use crate::envelope::Envelope;
+use crate::envelope::{self, Envelope};
+use crate::forwarding::{self, Forwarding, Received};
 use crate::system::SystemCommand;
 use crate::error::Error;
 use crate::log_writer::{LogWrite, LogWriter};
@@ -97,9 +98,16 @@ const TURN_BYTES: u64 = 8 << 20;
 const TURN_MESSAGES: usize = 10_000;
 
 impl LoopMsg {
-    /// A request that appends to the log (on a leader).
+    /// A request that appends to the log (on a leader), a follower's
+    /// among them.
     fn is_proposal(&self) -> bool {
-        matches!(self, LoopMsg::Propose { .. } | LoopMsg::ProposeSystem { .. } | LoopMsg::ChangeMembership { .. })
+        matches!(
+            self,
+            LoopMsg::Propose { .. }
+                | LoopMsg::ProposeSystem { .. }
+                | LoopMsg::ChangeMembership { .. }
+                | LoopMsg::Step(Message { body: MessageBody::Propose { .. }, .. })
+        )
     }
 
     /// An AppendEntries from a leader, with or without entries.
@@ -113,6 +121,9 @@ impl LoopMsg {
             LoopMsg::Propose { command, .. } => command.len() as u64,
             LoopMsg::Step(Message { body: MessageBody::AppendEntries { entries, .. }, .. }) => {
                 entries.iter().map(wasmraft_raft::Entry::size).sum()
+            }
+            LoopMsg::Step(Message { body: MessageBody::Propose { commands, .. }, .. }) => {
+                commands.iter().map(|c| c.len() as u64).sum()
             }
             _ => 0,
         }
@@ -185,6 +196,17 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// it waits for [`LoopMsg::Persisted`]. No other Ready is taken
     /// meanwhile.
     pub in_flight: Option<InFlight>,
+    /// Proposals sent to the leader as follower, and taken from followers
+    /// as leader.
+    pub forwarding: Forwarding,
+    /// When abandoned forwarded batches were last forgotten.
+    pub forwarding_swept: Instant,
+    /// The largest command a client may propose (a follower's are checked
+    /// again here, as they arrive from the network).
+    pub max_request_bytes: usize,
+    /// Past this many committed entries not yet applied, a leader refuses
+    /// followers' proposals as its node refuses its own clients'.
+    pub max_apply_lag: u64,
 }
 
 /// A Ready being written, whether its write is synced, how many entries it
@@ -259,7 +281,7 @@ impl<T: Transport> RaftLoop<T> {
     /// every `Ready`. `wall_ms` stamps proposals. The thread above and the
     /// deterministic simulation both drive the loop through this.
     pub fn turn(&mut self, first: Option<LoopMsg>, now: Instant, wall_ms: u64) -> Flow {
-        let me = self.raw.status().id.0;
+        let me = self.raw.id().0;
         self.now = now;
         // What arrived while the last Ready was being written joins one
         // batch: one append, one fsync, one ReadIndex round. One Ready
@@ -272,6 +294,7 @@ impl<T: Transport> RaftLoop<T> {
         // behind 64 MiB of proposals must not wait eight fsyncs, or
         // check-quorum finds the quorum silent under load.
         let mut proposals = Vec::new();
+        let mut forwarded = Vec::new();
         let mut reads = Vec::new();
         let mut lease_reads = Vec::new();
         let mut renewals = Vec::new();
@@ -332,6 +355,10 @@ impl<T: Transport> RaftLoop<T> {
                 LoopMsg::ReadIndex { reply } => reads.push(reply),
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                 LoopMsg::Renew { key, reply } => renewals.push((key, reply)),
+                LoopMsg::Step(m @ Message { body: MessageBody::Propose { .. } | MessageBody::ProposeResponse { .. }, .. }) => {
+                    self.peer_inbox.release(&m);
+                    self.take_forwarding(m, &mut forwarded);
+                }
                 LoopMsg::Step(m) => {
                     self.peer_inbox.release(&m);
                     let from = m.from.0;
@@ -453,7 +480,11 @@ impl<T: Transport> RaftLoop<T> {
             tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
             return Flow::Stop;
         }
-        self.propose(proposals, wall_ms);
+        self.propose(proposals, forwarded, wall_ms);
+        if self.forwarding.unanswered() > 0 && now.saturating_duration_since(self.forwarding_swept) >= Duration::from_secs(1) {
+            self.forwarding.forget_abandoned();
+            self.forwarding_swept = now;
+        }
         self.take_renewals(renewals, now, wall_ms);
         self.propose_tick(now, wall_ms);
         self.read_index(reads, now);
@@ -584,33 +615,58 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    fn propose(&mut self, proposals: Vec<(Vec<u8>, u64, u64, ProposeReply)>, wall_ms: u64) {
-        if proposals.is_empty() {
+    /// A follower's proposals (kept for this turn's append, once each) or
+    /// the leader's answer to this node's.
+    fn take_forwarding(&mut self, m: Message, forwarded: &mut Vec<Received>) {
+        match m.body {
+            MessageBody::Propose { session, seq, commands } => {
+                if self.forwarding.is_new(m.from, session, seq) {
+                    forwarded.push(Received { from: m.from, term: m.term, seq, commands });
+                }
+            }
+            MessageBody::ProposeResponse { seq, outcome } => {
+                // Registered before the append that carries the entries (it
+                // comes after this answer) can commit them.
+                for (index, reply) in self.forwarding.answered(m.from, seq, outcome) {
+                    self.apply.send(ApplyTask::Await { index, term: m.term, reply });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Appends this turn's proposals, followers' first, as one batch if this
+    /// node leads; else sends its own to the leader it knows of.
+    fn propose(&mut self, proposals: Vec<(Vec<u8>, u64, u64, ProposeReply)>, forwarded: Vec<Received>, wall_ms: u64) {
+        if proposals.is_empty() && forwarded.is_empty() {
             return;
         }
-        // A follower's proposals are refused by the core; stamping them
-        // would anchor a term this node does not lead.
-        let (role, term) = self.raw.role_and_term();
+        let (me, (role, term)) = (self.raw.id(), self.raw.role_and_term());
+        // A follower stamps nothing: that would anchor a term it does not
+        // lead. The leader stamps what followers send it.
         let stamp = if role == Role::Leader { self.stamp_clock.stamp(term.0, self.now, wall_ms) } else { 0 };
-        let (commands, replies): (Vec<_>, Vec<_>) = proposals
+        let (mut commands, batches) = self.take_forwarded(forwarded, role, term, stamp);
+        let (own, replies): (Vec<_>, Vec<_>) = proposals
             .into_iter()
             .map(|(command, client_id, sequence, reply)| {
-                (
-                    Envelope {
-                        timestamp_ms: stamp,
-                        client_id,
-                        sequence,
-                        command,
-                    }
-                    .encode(),
-                    reply,
-                )
+                (Envelope { timestamp_ms: stamp, client_id, sequence, command }.encode(), reply)
             })
             .unzip();
+        if role != Role::Leader {
+            self.forward(own.into_iter().zip(replies).collect(), term);
+            return;
+        }
+        let theirs = commands.len() as u64;
+        commands.extend(own);
+        if commands.is_empty() {
+            return;
+        }
         match self.raw.propose(commands) {
             Ok(range) => {
                 self.commit_timer.proposed(range.end.0 - 1, self.now);
-                for (index, reply) in (range.start.0..range.end.0).zip(replies) {
+                // Answered before the Ready sends the append carrying them.
+                self.transport.send(forwarding::answers(me, term, &batches, Ok(range.clone())));
+                for (index, reply) in (range.start.0 + theirs..range.end.0).zip(replies) {
                     // Registered before the entries can commit (a later Ready),
                     // and the apply channel is FIFO.
                     self.apply.send(ApplyTask::Await {
@@ -621,8 +677,75 @@ impl<T: Transport> RaftLoop<T> {
                 }
             }
             Err(e) => {
+                self.transport.send(forwarding::answers(me, term, &batches, Err(ProposeOutcome::NotLeader)));
                 let err = propose_error(e);
                 for reply in replies {
+                    let _ = reply.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+
+    /// Followers' batches this leader appends (stamped, their commands in
+    /// order, and what to answer each); the others are answered here
+    /// with a refusal.
+    fn take_forwarded(
+        &mut self,
+        forwarded: Vec<Received>,
+        role: Role,
+        term: Term,
+        stamp: u64,
+    ) -> (Vec<Vec<u8>>, Vec<(NodeId, u64, usize)>) {
+        let me = self.raw.id();
+        let (mut commands, mut batches) = (Vec::new(), Vec::new());
+        let busy = role == Role::Leader && !forwarded.is_empty() && {
+            let st = self.status.lock();
+            st.commit.saturating_sub(st.applied) > self.max_apply_lag
+        };
+        for mut batch in forwarded {
+            // A sender that knows a later term knows this node no longer leads.
+            let refusal = if role != Role::Leader || batch.term > term {
+                ProposeOutcome::NotLeader
+            } else if busy {
+                ProposeOutcome::Busy
+            } else if let Err(reason) = self.stamp_forwarded(&mut batch.commands, stamp) {
+                // Only a broken or hostile member sends this; its clients
+                // time out.
+                tracing::warn!(from = batch.from.0, %reason, "dropped proposals a follower forwarded");
+                continue;
+            } else {
+                batches.push((batch.from, batch.seq, batch.commands.len()));
+                commands.append(&mut batch.commands);
+                continue;
+            };
+            self.transport.send(forwarding::answers(me, term, &[(batch.from, batch.seq, 0)], Err(refusal)));
+        }
+        (commands, batches)
+    }
+
+    /// Stamps a follower's commands, each checked as this node's clients'
+    /// are: an envelope within the request limit.
+    fn stamp_forwarded(&self, commands: &mut [Vec<u8>], stamp: u64) -> Result<(), String> {
+        let limit = self.max_request_bytes + envelope::HEADER_BYTES;
+        if let Some(c) = commands.iter().find(|c| c.len() > limit) {
+            return Err(format!("a command of {} bytes, past max_request_bytes", c.len()));
+        }
+        commands.iter_mut().try_for_each(|c| envelope::restamp(c, stamp))
+    }
+
+    /// Follower: sends this node's proposals to the leader it knows of, or
+    /// refuses them if it knows none.
+    fn forward(&mut self, proposals: Vec<(Vec<u8>, ProposeReply)>, term: Term) {
+        let me = self.raw.id();
+        match self.raw.leader() {
+            Some(leader) if leader != me => {
+                self.metrics.proposals_forwarded.fetch_add(proposals.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                let messages = self.forwarding.send(me, leader, term, proposals);
+                self.transport.send(messages);
+            }
+            _ => {
+                let err = self.not_leader();
+                for (_, reply) in proposals {
                     let _ = reply.send(Err(err.clone()));
                 }
             }

@@ -224,7 +224,7 @@ fn forge(input: &mut Input<'_>, to: u64) -> Message {
     let from = NodeId(u64::from(input.byte() % 5));
     let term = Term(input.u64());
     let log_id = |input: &mut Input<'_>| LogId { term: Term(input.u64()), index: Index(input.u64()) };
-    let body = match input.byte() % 10 {
+    let body = match input.byte() % 12 {
         0 => {
             let prev = log_id(input);
             let n = input.byte() % 4;
@@ -248,6 +248,11 @@ fn forge(input: &mut Input<'_>, to: u64) -> Message {
         6 => MessageBody::TimeoutNow,
         7 => MessageBody::ReadIndex { id: ReadId(input.u64()) },
         8 => MessageBody::ReadIndexResponse { id: ReadId(input.u64()), index: Index(input.u64()) },
+        9 => MessageBody::Propose { session: input.u64(), seq: input.u64(), commands: vec![vec![input.byte()]] },
+        10 => MessageBody::ProposeResponse {
+            seq: input.u64(),
+            outcome: crate::ProposeOutcome::Appended { first: Index(input.u64()) },
+        },
         _ => MessageBody::InstallSnapshot {
             meta: crate::SnapshotMeta {
                 last: log_id(input),

@@ -240,7 +240,7 @@ pub use config::Config;
 /// [`RawNode::step`] refuses messages beyond it.
 pub const MAX_TERM: u64 = 1 << 62;
 pub use error::{ConfigError, Error, ProposeError, StepError, StorageError};
-pub use message::{Message, MessageBody};
+pub use message::{Message, MessageBody, ProposeOutcome};
 pub use progress::{Progress, ProgressState};
 pub use raw_node::{Early, RawNode, Ready, Status};
 pub use storage::LogReader;

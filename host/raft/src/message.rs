@@ -89,6 +89,39 @@ pub enum MessageBody {
         /// The read index confirmed by a quorum round.
         index: Index,
     },
+    /// Follower to leader: append these commands for me (proposals made on
+    /// a follower, as etcd forwards them). The driver handles this message
+    /// and its answer; the core only applies its term rules to them.
+    Propose {
+        /// The sender's forwarding session (new at each start).
+        session: u64,
+        /// Increasing within `session`: a leader appends each batch once,
+        /// whatever the transport duplicates or reorders.
+        seq: u64,
+        /// The commands, each an entry's data.
+        commands: Vec<Vec<u8>>,
+    },
+    /// Leader to follower: what became of the `Propose` numbered `seq`.
+    ProposeResponse {
+        /// The batch answered.
+        seq: u64,
+        /// Where its commands went, or why they did not.
+        outcome: ProposeOutcome,
+    },
+}
+
+/// What a leader did with a forwarded batch of proposals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProposeOutcome {
+    /// Appended at consecutive indexes from `first`, in the message's term.
+    Appended {
+        /// The index of the batch's first command.
+        first: Index,
+    },
+    /// Refused: the recipient does not lead (or is handing over).
+    NotLeader,
+    /// Refused: the leader has more queued than it takes.
+    Busy,
 }
 
 impl MessageBody {
@@ -108,6 +141,8 @@ impl MessageBody {
             MessageBody::TimeoutNow => "timeout_now",
             MessageBody::ReadIndex { .. } => "read_index",
             MessageBody::ReadIndexResponse { .. } => "read_index_response",
+            MessageBody::Propose { .. } => "propose",
+            MessageBody::ProposeResponse { .. } => "propose_response",
         }
     }
 }

@@ -270,6 +270,18 @@ impl<L: LogReader> RawNode<L> {
         (self.raft.role, self.raft.term)
     }
 
+    /// This node's id.
+    #[must_use]
+    pub fn id(&self) -> NodeId {
+        self.raft.id
+    }
+
+    /// The leader this node knows of, if any (without [`Self::status`]'s copies).
+    #[must_use]
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.lead
+    }
+
     /// This node's status.
     #[must_use]
     pub fn status(&self) -> Status {

@@ -140,6 +140,16 @@ pub fn message(m: raft::Message) -> v1::RaftMessage {
             id: id.0,
             index: index.0,
         }),
+        B::Propose { session, seq, commands } => Body::Propose(v1::ForwardProposals { session, seq, commands }),
+        B::ProposeResponse { seq, outcome } => {
+            use v1::forward_proposals_response::Refusal;
+            let (first, refusal) = match outcome {
+                raft::ProposeOutcome::Appended { first } => (first.0, Refusal::None),
+                raft::ProposeOutcome::NotLeader => (0, Refusal::NotLeader),
+                raft::ProposeOutcome::Busy => (0, Refusal::Busy),
+            };
+            Body::ProposeResponse(v1::ForwardProposalsResponse { seq, first, refusal: refusal as i32 })
+        }
     };
     v1::RaftMessage {
         from: m.from.0,
@@ -192,6 +202,20 @@ pub fn from_message(m: v1::RaftMessage) -> Result<raft::Message, Malformed> {
             id: raft::ReadId(r.id),
             index: raft::Index(r.index),
         },
+        Body::Propose(p) if p.commands.is_empty() => return Err(Malformed("a proposal without commands")),
+        Body::Propose(p) => B::Propose { session: p.session, seq: p.seq, commands: p.commands },
+        Body::ProposeResponse(r) => {
+            use v1::forward_proposals_response::Refusal;
+            let outcome = match Refusal::try_from(r.refusal).map_err(|_| Malformed("unknown proposal refusal"))? {
+                Refusal::None if r.first == 0 || r.first > MAX_TERM => {
+                    return Err(Malformed("proposal index out of range"));
+                }
+                Refusal::None => raft::ProposeOutcome::Appended { first: raft::Index(r.first) },
+                Refusal::NotLeader => raft::ProposeOutcome::NotLeader,
+                Refusal::Busy => raft::ProposeOutcome::Busy,
+            };
+            B::ProposeResponse { seq: r.seq, outcome }
+        }
     };
     if m.from == 0 || m.to == 0 {
         return Err(Malformed("node id 0"));
@@ -271,7 +295,7 @@ fn check_entries(
 mod tests {
     use super::*;
     use raft::{
-        Entry, EntryPayload, Index, LogId, Membership, Message, MessageBody, NodeId, ReadId,
+        Entry, EntryPayload, Index, LogId, Membership, Message, MessageBody, NodeId, ProposeOutcome, ReadId,
         SnapshotMeta, Term,
     };
 
@@ -337,6 +361,23 @@ mod tests {
             id: ReadId(5),
             index: Index(9),
         });
+        round_trip(MessageBody::Propose { session: 3, seq: 8, commands: vec![b"a".to_vec(), vec![]] });
+        for outcome in [ProposeOutcome::Appended { first: Index(12) }, ProposeOutcome::NotLeader, ProposeOutcome::Busy] {
+            round_trip(MessageBody::ProposeResponse { seq: 8, outcome });
+        }
+    }
+
+    #[test]
+    fn proposals_without_commands_or_with_impossible_answers_are_refused() {
+        let wire = |body| v1::RaftMessage { from: 1, to: 2, term: 1, body: Some(body) };
+        let empty = Body::Propose(v1::ForwardProposals { session: 1, seq: 1, commands: vec![] });
+        assert_eq!(from_message(wire(empty)).unwrap_err(), Malformed("a proposal without commands"));
+        for first in [0, MAX_TERM + 1] {
+            let answer = Body::ProposeResponse(v1::ForwardProposalsResponse { seq: 1, first, refusal: 0 });
+            assert_eq!(from_message(wire(answer)).unwrap_err(), Malformed("proposal index out of range"));
+        }
+        let unknown = Body::ProposeResponse(v1::ForwardProposalsResponse { seq: 1, first: 5, refusal: 9 });
+        assert_eq!(from_message(wire(unknown)).unwrap_err(), Malformed("unknown proposal refusal"));
     }
 
     #[test]

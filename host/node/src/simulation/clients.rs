@@ -37,7 +37,9 @@ enum Op {
 enum Attempt {
     /// Not sent yet, or waiting to try again.
     Backoff { until: u64 },
-    Propose { rx: oneshot::Receiver<Result<Applied, Error>>, sent_at: u64 },
+    /// `via_follower`: the node did not lead when the put was sent (it
+    /// forwards the put to the leader in its Raft stream).
+    Propose { rx: oneshot::Receiver<Result<Applied, Error>>, sent_at: u64, via_follower: bool },
     ReadIndex { node: u64, rx: oneshot::Receiver<Result<Index, Error>>, sent_at: u64 },
     /// The read index is known; waiting for the node to apply it.
     WaitApplied { node: u64, index: u64, sent_at: u64 },
@@ -65,6 +67,8 @@ pub(super) struct Outcomes {
     /// Acknowledged puts per key: with exactly-once, each key's version.
     pub acknowledged_puts: BTreeMap<&'static str, u64>,
     pub puts: u64,
+    /// Puts acknowledged by a node that did not lead when they were sent.
+    pub follower_puts: u64,
     pub reads: u64,
     pub retries: u64,
     /// Something no correct node answers, with why.
@@ -133,8 +137,9 @@ impl Clients {
                 }
                 Some(node) => send(&node, &flight.op, client.id, now),
             },
-            Attempt::Propose { mut rx, sent_at } => match rx.try_recv() {
+            Attempt::Propose { mut rx, sent_at, via_follower } => match rx.try_recv() {
                 Ok(Ok(_applied)) => {
+                    self.outcomes.follower_puts += u64::from(via_follower);
                     done = Some(Some(KvOutput::Ok));
                     Attempt::Backoff { until: now }
                 }
@@ -150,7 +155,9 @@ impl Clients {
                     self.outcomes.retries += 1;
                     Attempt::Backoff { until: now + 1 + rng.below(10) }
                 }
-                Err(oneshot::error::TryRecvError::Empty) if now < sent_at + ATTEMPT_MS => Attempt::Propose { rx, sent_at },
+                Err(oneshot::error::TryRecvError::Empty) if now < sent_at + ATTEMPT_MS => {
+                    Attempt::Propose { rx, sent_at, via_follower }
+                }
                 Err(_) => {
                     // Timed out, or the node went away: the outcome is
                     // unknown, so the same sequence number goes again.
@@ -239,8 +246,9 @@ fn send(node: &Node, op: &Op, client: u64, now: u64) -> Attempt {
         Op::Put { key, value, sequence } => {
             let (reply, rx) = oneshot::channel();
             let command = put_request(key, value);
+            let via_follower = node.status().role != wasmraft_raft::Role::Leader;
             let _ = node.send(LoopMsg::Propose { command, client_id: client, sequence: *sequence, reply });
-            Attempt::Propose { rx, sent_at: now }
+            Attempt::Propose { rx, sent_at: now, via_follower }
         }
         Op::Get { lease, .. } => {
             let (reply, rx) = oneshot::channel();

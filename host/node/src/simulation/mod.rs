@@ -88,6 +88,8 @@ pub(crate) struct Stats {
     pub elections: u64,
     pub committed: u64,
     pub puts: u64,
+    /// Puts a follower took and answered (it forwarded them).
+    pub follower_puts: u64,
     pub reads: u64,
     pub retries: u64,
     /// Seeds whose joining node became a voter before faults stopped.
@@ -113,6 +115,7 @@ impl Stats {
         self.elections += o.elections;
         self.committed += o.committed;
         self.puts += o.puts;
+        self.follower_puts += o.follower_puts;
         self.reads += o.reads;
         self.retries += o.retries;
         self.joined_under_faults += o.joined_under_faults;
@@ -496,7 +499,7 @@ pub(crate) fn run_seed(seed: u64, millis: u64, trace: bool) -> Result<Stats, Str
     w.stats.elections = w.checks.elections() as u64;
     w.stats.committed = w.checks.committed() as u64;
     let o = &w.clients.outcomes;
-    (w.stats.puts, w.stats.reads, w.stats.retries) = (o.puts, o.reads, o.retries);
+    (w.stats.puts, w.stats.follower_puts, w.stats.reads, w.stats.retries) = (o.puts, o.follower_puts, o.reads, o.retries);
     w.stats.leases = w.leases.stats.clone();
     match result {
         Ok(()) => Ok(w.stats.clone()),
@@ -603,6 +606,7 @@ fn run_seeds(shard: u64, shards: u64) {
         );
     }
     assert!(total.seeds > 0, "no seed ran");
+    assert!(total.follower_puts > 0, "no put went through a follower: forwarding untested");
 }
 
 #[test]

@@ -300,6 +300,9 @@ impl<L: LogReader> Raft<L> {
                     self.read_states.push(ReadState { id, index });
                 }
             }
+            // The driver's: it stamps forwarded commands before they enter
+            // the log and matches their answers to its clients.
+            MessageBody::Propose { .. } | MessageBody::ProposeResponse { .. } => {}
         }
     }
 

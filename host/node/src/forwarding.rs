@@ -1,0 +1,292 @@
+//! Proposals made on a follower travel to the leader inside the Raft
+//! stream, as in etcd: the follower sends each turn's proposals as one
+//! `Propose` message, the leader stamps and appends them with its own and
+//! answers with where they went, and the follower's own apply thread answers
+//! the clients when it applies those entries. The leader does no
+//! per-request work beyond the append, and only a position travels back.
+//!
+//! The answer travels on the data lane ahead of the append carrying the
+//! entries, so a follower registers its waiters before it can apply them.
+//! A batch the transport duplicates is appended once (`seq` increases
+//! within a follower's session); one it loses, or whose answer it loses,
+//! leaves its clients to time out, the outcome unknown to them.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+
+use wasmraft_raft::{Index, Message, MessageBody, NodeId, ProposeOutcome, Term};
+
+use crate::error::Error;
+use crate::raft_loop::ProposeReply;
+
+/// The most command bytes one `Propose` message carries; a turn's
+/// proposals past it go as several messages.
+const MESSAGE_BYTES: usize = 4 << 20;
+/// A batch this many behind the newest from its sender is refused as a
+/// possible duplicate (its clients time out).
+const SEQ_WINDOW: u64 = 4096;
+/// Sessions remembered per follower (a follower that restarted may still
+/// have batches of its previous run in flight).
+const SESSIONS_KEPT: usize = 4;
+
+/// The batches a leader took from one session of a follower.
+struct Seen {
+    session: u64,
+    newest: u64,
+    /// Those within `SEQ_WINDOW` of `newest`.
+    recent: BTreeSet<u64>,
+}
+
+impl Seen {
+    fn take(&mut self, seq: u64) -> bool {
+        if seq.saturating_add(SEQ_WINDOW) <= self.newest || !self.recent.insert(seq) {
+            return false;
+        }
+        self.newest = self.newest.max(seq);
+        while self.recent.first().is_some_and(|&s| s.saturating_add(SEQ_WINDOW) <= self.newest) {
+            self.recent.pop_first();
+        }
+        true
+    }
+}
+
+/// A batch of proposals a follower sent, still unanswered.
+struct Unanswered {
+    to: NodeId,
+    replies: Vec<ProposeReply>,
+}
+
+/// A batch a leader took from a follower, to stamp and append.
+pub(crate) struct Received {
+    pub from: NodeId,
+    /// The sender's term when it sent the batch.
+    pub term: Term,
+    pub seq: u64,
+    pub commands: Vec<Vec<u8>>,
+}
+
+/// Both sides of forwarding, for one node.
+pub(crate) struct Forwarding {
+    /// This process's forwarding session.
+    session: u64,
+    next_seq: u64,
+    unanswered: HashMap<u64, Unanswered>,
+    /// What each follower's sessions sent this node, as leader, the
+    /// latest session first.
+    seen: HashMap<NodeId, Vec<Seen>>,
+}
+
+impl Forwarding {
+    pub(crate) fn new(session: u64) -> Self {
+        Self { session, next_seq: 1, unanswered: HashMap::new(), seen: HashMap::new() }
+    }
+
+    /// Follower: the messages that carry `proposals` (encoded entries and
+    /// their clients) from `me` to `leader`, in `term`.
+    pub(crate) fn send(
+        &mut self,
+        me: NodeId,
+        leader: NodeId,
+        term: Term,
+        proposals: Vec<(Vec<u8>, ProposeReply)>,
+    ) -> Vec<Message> {
+        let mut messages = Vec::new();
+        let mut commands = Vec::new();
+        let mut replies = Vec::new();
+        let mut bytes = 0;
+        let mut proposals = proposals.into_iter().peekable();
+        while let Some((command, reply)) = proposals.next() {
+            bytes += command.len();
+            commands.push(command);
+            replies.push(reply);
+            let full = proposals.peek().is_some_and(|(next, _)| bytes + next.len() > MESSAGE_BYTES);
+            if full || proposals.peek().is_none() {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.unanswered.insert(seq, Unanswered { to: leader, replies: std::mem::take(&mut replies) });
+                let body = MessageBody::Propose { session: self.session, seq, commands: std::mem::take(&mut commands) };
+                messages.push(Message { from: me, to: leader, term, body });
+                bytes = 0;
+            }
+        }
+        messages
+    }
+
+    /// Follower: the leader's answer to batch `seq`. The clients of an
+    /// appended batch come back with the index of their entry, to wait for
+    /// it; those of a refused one are answered here. An answer from a node
+    /// the batch did not go to, or to no batch, is ignored.
+    pub(crate) fn answered(&mut self, from: NodeId, seq: u64, outcome: ProposeOutcome) -> Vec<(Index, ProposeReply)> {
+        let Some(batch) = self.unanswered.remove(&seq) else {
+            return Vec::new();
+        };
+        if batch.to != from {
+            self.unanswered.insert(seq, batch);
+            return Vec::new();
+        }
+        let refusal = match outcome {
+            ProposeOutcome::Appended { first } => {
+                return (first.0..).map(Index).zip(batch.replies).collect();
+            }
+            ProposeOutcome::NotLeader => Error::NotLeader { leader: None },
+            ProposeOutcome::Busy => Error::Busy("the leader has more proposals queued than it takes; retry later".into()),
+        };
+        for reply in batch.replies {
+            let _ = reply.send(Err(refusal.clone()));
+        }
+        Vec::new()
+    }
+
+    /// Forgets batches whose clients all stopped waiting (their answer
+    /// never came).
+    pub(crate) fn forget_abandoned(&mut self) {
+        self.unanswered.retain(|_, b| b.replies.iter().any(|r| !r.is_closed()));
+    }
+
+    /// Batches sent and not answered yet.
+    pub(crate) fn unanswered(&self) -> usize {
+        self.unanswered.len()
+    }
+
+    /// Leader: whether the batch `seq` of `session` from `from` is new: a
+    /// duplicate is not appended again. Batches may arrive out of order
+    /// (a message taken while earlier ones wait for the disk).
+    pub(crate) fn is_new(&mut self, from: NodeId, session: u64, seq: u64) -> bool {
+        let sessions = self.seen.entry(from).or_default();
+        if let Some(seen) = sessions.iter_mut().find(|s| s.session == session) {
+            return seen.take(seq);
+        }
+        sessions.insert(0, Seen { session, newest: seq, recent: BTreeSet::from([seq]) });
+        sessions.truncate(SESSIONS_KEPT);
+        true
+    }
+}
+
+/// Leader: the answers to `batches`, appended together at `range` (their
+/// commands first, in order), or refused with `refusal`.
+pub(crate) fn answers(
+    me: NodeId,
+    term: Term,
+    batches: &[(NodeId, u64, usize)],
+    appended: Result<Range<Index>, ProposeOutcome>,
+) -> Vec<Message> {
+    let mut next = appended.as_ref().map_or(0, |r| r.start.0);
+    batches
+        .iter()
+        .map(|&(to, seq, count)| {
+            let outcome = match &appended {
+                Ok(_) => ProposeOutcome::Appended { first: Index(next) },
+                Err(refusal) => *refusal,
+            };
+            next += count as u64;
+            Message { from: me, to, term, body: MessageBody::ProposeResponse { seq, outcome } }
+        })
+        .collect()
+}
+
+/// A fresh session number for this process.
+pub(crate) fn random_session() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot;
+
+    fn proposals(sizes: &[usize]) -> (Vec<(Vec<u8>, ProposeReply)>, Vec<oneshot::Receiver<Result<crate::node::Applied, Error>>>) {
+        sizes
+            .iter()
+            .map(|&n| {
+                let (tx, rx) = oneshot::channel();
+                ((vec![0; n], tx), rx)
+            })
+            .unzip()
+    }
+
+    #[test]
+    fn a_turn_of_proposals_goes_as_few_messages_as_their_size_allows() {
+        let mut f = Forwarding::new(7);
+        let (batch, _rx) = proposals(&[10, 20, 30]);
+        let m = f.send(NodeId(2), NodeId(1), Term(3), batch);
+        assert_eq!(m.len(), 1);
+        assert!(matches!(&m[0].body, MessageBody::Propose { session: 7, seq: 1, commands } if commands.len() == 3));
+        let (batch, _rx) = proposals(&[MESSAGE_BYTES / 2, MESSAGE_BYTES / 2, 1, MESSAGE_BYTES + 1]);
+        let m = f.send(NodeId(2), NodeId(1), Term(3), batch);
+        let counts: Vec<_> = m
+            .iter()
+            .map(|m| match &m.body {
+                MessageBody::Propose { seq, commands, .. } => (*seq, commands.len()),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(counts, [(2, 2), (3, 1), (4, 1)], "split where the next would pass the limit; a large one alone");
+        assert_eq!(f.unanswered(), 4);
+    }
+
+    #[test]
+    fn an_answer_gives_each_client_its_index_or_the_refusal() {
+        let mut f = Forwarding::new(7);
+        let (batch, _rx) = proposals(&[1, 1, 1]);
+        f.send(NodeId(2), NodeId(1), Term(3), batch);
+        assert!(f.answered(NodeId(3), 1, ProposeOutcome::Appended { first: Index(9) }).is_empty(), "not sent there");
+        let placed: Vec<_> = f.answered(NodeId(1), 1, ProposeOutcome::Appended { first: Index(9) }).into_iter().map(|(i, _)| i.0).collect();
+        assert_eq!(placed, [9, 10, 11]);
+        assert!(f.answered(NodeId(1), 1, ProposeOutcome::Appended { first: Index(9) }).is_empty(), "answered once");
+
+        let (batch, mut rx) = proposals(&[1]);
+        f.send(NodeId(2), NodeId(1), Term(3), batch);
+        assert!(f.answered(NodeId(1), 2, ProposeOutcome::Busy).is_empty());
+        assert!(matches!(rx[0].try_recv(), Ok(Err(Error::Busy(_)))));
+        assert_eq!(f.unanswered(), 0);
+    }
+
+    #[test]
+    fn batches_whose_clients_left_are_forgotten() {
+        let mut f = Forwarding::new(7);
+        let (batch, rx) = proposals(&[1, 1]);
+        f.send(NodeId(2), NodeId(1), Term(3), batch);
+        let (batch, _kept) = proposals(&[1]);
+        f.send(NodeId(2), NodeId(1), Term(3), batch);
+        drop(rx);
+        f.forget_abandoned();
+        assert_eq!(f.unanswered(), 1);
+    }
+
+    #[test]
+    fn a_leader_appends_each_batch_once_and_a_new_session_starts_over() {
+        let mut f = Forwarding::new(1);
+        assert!(f.is_new(NodeId(2), 50, 1));
+        assert!(!f.is_new(NodeId(2), 50, 1), "a duplicate");
+        assert!(f.is_new(NodeId(2), 50, 3));
+        assert!(f.is_new(NodeId(2), 50, 2), "overtaken, and still new");
+        assert!(!f.is_new(NodeId(2), 50, 2) && !f.is_new(NodeId(2), 50, 3), "duplicates out of order");
+        assert!(f.is_new(NodeId(3), 50, 1), "another follower");
+        assert!(f.is_new(NodeId(2), 51, 1), "the follower restarted");
+        assert!(!f.is_new(NodeId(2), 50, 3), "its previous run is remembered");
+        assert!(f.is_new(NodeId(2), 50, 10 + SEQ_WINDOW));
+        assert!(!f.is_new(NodeId(2), 50, 10), "too far behind to tell from a duplicate");
+        assert!(f.is_new(NodeId(2), 50, 11), "just within the window");
+    }
+
+    #[test]
+    fn answers_give_each_batch_its_first_index() {
+        let batches = [(NodeId(2), 4, 3), (NodeId(3), 9, 2)];
+        let firsts: Vec<_> = answers(NodeId(1), Term(5), &batches, Ok(Index(10)..Index(16)))
+            .into_iter()
+            .map(|m| (m.to.0, m.body))
+            .collect();
+        assert_eq!(
+            firsts,
+            [
+                (2, MessageBody::ProposeResponse { seq: 4, outcome: ProposeOutcome::Appended { first: Index(10) } }),
+                (3, MessageBody::ProposeResponse { seq: 9, outcome: ProposeOutcome::Appended { first: Index(13) } }),
+            ]
+        );
+        let refused = answers(NodeId(1), Term(5), &batches, Err(ProposeOutcome::NotLeader));
+        assert!(refused.iter().all(|m| matches!(m.body, MessageBody::ProposeResponse { outcome: ProposeOutcome::NotLeader, .. })));
+    }
+}
