@@ -47,7 +47,12 @@ cpu_of() { # pids... -> seconds of user+system CPU
 echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
 echo "# system | workload | conns/clients | total | req/s | avg ms | p50 ms | p99 ms | server CPU s | ops per server CPU-s"
 
+# Each system starts with the other's writes on disk: the dirty pages one
+# leaves behind would slow the other's fsyncs.
+settle_disk() { sync; sleep 2; }
+
 # ---- etcd ----
+settle_disk
 "$TOOLS/etcd-cluster.sh" start "$OUT/etcd" >/dev/null
 mapfile -t EPIDS < <("$TOOLS/etcd-cluster.sh" pids "$OUT/etcd")
 ETCD_PIDS="${EPIDS[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
@@ -56,6 +61,10 @@ ETCD_PIDS="${EPIDS[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONN
 sed 's/^/# etcd raw: /' "$OUT/etcd.txt"
 
 # ---- wasmraft ----
+# A fresh cluster, as etcd's: data left by an earlier run in OUT_DIR would
+# be replayed and measured too.
+rm -rf "$OUT/wasmraft"
+settle_disk
 PORTS=(7379 7380 7381)
 PEERS=$(printf '%s = "127.0.0.1:%s"\n' 1 7479 2 7480 3 7481)
 WPIDS=()
