@@ -1061,11 +1061,11 @@ impl Node {
     }
 
     /// [`Self::await_leader`], refusing here if the leader is another node,
-    /// as the Raft loop would: a follower's writes go to the leader without
-    /// a round trip through its own Raft thread first. (Just after this node
-    /// won an election its status may name the old leader for one loop
-    /// turn; the refusal then names a node that refuses too, and the client
-    /// retries, as after any leader change.)
+    /// as the Raft loop would, for what only a leader takes (keep-alives):
+    /// without a round trip through this node's Raft thread first. (Just
+    /// after this node won an election its status may name the old leader
+    /// for one loop turn; the refusal then names a node that refuses too,
+    /// and the client retries, as after any leader change.)
     async fn await_leading(&self) -> Result<(), Error> {
         match self.await_leader().await? {
             leader if leader != self.id() => Err(Error::NotLeader { leader: Some(NodeId(leader)) }),
