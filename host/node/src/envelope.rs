@@ -9,7 +9,8 @@
 //! for exactly-once retries.
 
 const VERSION: u8 = 1;
-const HEADER: usize = 1 + 8 * 3;
+/// The bytes of the header before a command.
+pub const HEADER: usize = 1 + 8 * 3;
 
 /// A command as it sits in the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,9 +46,6 @@ pub fn restamp(bytes: &mut [u8], timestamp_ms: u64) -> Result<(), String> {
         [] => Err("an empty log command".into()),
     }
 }
-
-/// The bytes of the envelope header before a command.
-pub const HEADER_BYTES: usize = HEADER;
 
 impl Envelope {
     /// The bytes stored in the log.

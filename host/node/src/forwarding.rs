@@ -13,9 +13,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use wasmraft_raft::{Index, Message, MessageBody, NodeId, ProposeOutcome, Term};
 
+use crate::envelope;
 use crate::error::Error;
 use crate::raft_loop::ProposeReply;
 
@@ -71,6 +73,8 @@ pub(crate) struct Forwarding {
     session: u64,
     next_seq: u64,
     unanswered: HashMap<u64, Unanswered>,
+    /// When batches whose clients left were last forgotten.
+    swept: Option<Instant>,
     /// What each follower's sessions sent this node, as leader, the
     /// latest session first.
     seen: HashMap<NodeId, Vec<Seen>>,
@@ -78,7 +82,7 @@ pub(crate) struct Forwarding {
 
 impl Forwarding {
     pub(crate) fn new(session: u64) -> Self {
-        Self { session, next_seq: 1, unanswered: HashMap::new(), seen: HashMap::new() }
+        Self { session, next_seq: 1, unanswered: HashMap::new(), swept: None, seen: HashMap::new() }
     }
 
     /// Follower: the messages that carry `proposals` (encoded entries and
@@ -117,13 +121,10 @@ impl Forwarding {
     /// it; those of a refused one are answered here. An answer from a node
     /// the batch did not go to, or to no batch, is ignored.
     pub(crate) fn answered(&mut self, from: NodeId, seq: u64, outcome: ProposeOutcome) -> Vec<(Index, ProposeReply)> {
-        let Some(batch) = self.unanswered.remove(&seq) else {
-            return Vec::new();
-        };
-        if batch.to != from {
-            self.unanswered.insert(seq, batch);
+        if self.unanswered.get(&seq).is_none_or(|b| b.to != from) {
             return Vec::new();
         }
+        let batch = self.unanswered.remove(&seq).expect("just seen");
         let refusal = match outcome {
             ProposeOutcome::Appended { first } => {
                 return (first.0..).map(Index).zip(batch.replies).collect();
@@ -138,12 +139,17 @@ impl Forwarding {
     }
 
     /// Forgets batches whose clients all stopped waiting (their answer
-    /// never came).
-    pub(crate) fn forget_abandoned(&mut self) {
+    /// never came), at most once a second.
+    pub(crate) fn forget_abandoned(&mut self, now: Instant) {
+        if self.unanswered.is_empty() || self.swept.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1)) {
+            return;
+        }
+        self.swept = Some(now);
         self.unanswered.retain(|_, b| b.replies.iter().any(|r| !r.is_closed()));
     }
 
     /// Batches sent and not answered yet.
+    #[cfg(test)]
     pub(crate) fn unanswered(&self) -> usize {
         self.unanswered.len()
     }
@@ -184,12 +190,15 @@ pub(crate) fn answers(
         .collect()
 }
 
-/// A fresh session number for this process.
-pub(crate) fn random_session() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    h.finish()
+/// Leader: stamps a follower's commands, each checked as this node's
+/// clients' are: an envelope within `max_request_bytes`. A batch with one
+/// that is not is refused whole.
+pub(crate) fn stamp(commands: &mut [Vec<u8>], stamp: u64, max_request_bytes: usize) -> Result<(), String> {
+    let limit = max_request_bytes.saturating_add(envelope::HEADER);
+    if let Some(c) = commands.iter().find(|c| c.len() > limit) {
+        return Err(format!("a command of {} bytes, past max_request_bytes", c.len()));
+    }
+    commands.iter_mut().try_for_each(|c| envelope::restamp(c, stamp))
 }
 
 #[cfg(test)]
@@ -252,7 +261,7 @@ mod tests {
         let (batch, _kept) = proposals(&[1]);
         f.send(NodeId(2), NodeId(1), Term(3), batch);
         drop(rx);
-        f.forget_abandoned();
+        f.forget_abandoned(Instant::now());
         assert_eq!(f.unanswered(), 1);
     }
 
@@ -270,6 +279,21 @@ mod tests {
         assert!(f.is_new(NodeId(2), 50, 10 + SEQ_WINDOW));
         assert!(!f.is_new(NodeId(2), 50, 10), "too far behind to tell from a duplicate");
         assert!(f.is_new(NodeId(2), 50, 11), "just within the window");
+    }
+
+    #[test]
+    fn a_follower_s_commands_are_stamped_only_if_every_one_is_an_envelope_within_the_limit() {
+        let command = |n: usize| crate::envelope::Envelope { timestamp_ms: 0, client_id: 1, sequence: 2, command: vec![7; n] }.encode();
+        let mut ok = vec![command(3), command(100)];
+        stamp(&mut ok, u64::MAX, 100).unwrap();
+        assert!(ok.iter().all(|c| crate::envelope::stamp(c) == Some(u64::MAX)));
+
+        let mut huge = vec![command(3), command(101)];
+        assert!(stamp(&mut huge, 5, 100).unwrap_err().contains("past max_request_bytes"));
+        for garbage in [vec![0xff; 40], vec![], vec![1, 2, 3]] {
+            assert!(stamp(&mut [command(3), garbage], 5, 100).is_err());
+        }
+        assert!(stamp(&mut [command(1)], 5, usize::MAX).is_ok(), "no overflow at the largest limit");
     }
 
     #[test]

@@ -110,6 +110,11 @@ pub struct NodeStatus {
 }
 
 impl NodeStatus {
+    /// Committed entries not applied yet.
+    pub(crate) fn apply_lag(&self) -> u64 {
+        self.commit.saturating_sub(self.applied)
+    }
+
     /// Records an unrecoverable failure; the first cause wins. A fatal node
     /// neither leads nor follows anyone.
     pub(crate) fn set_fatal(&mut self, cause: String) {
@@ -311,7 +316,7 @@ impl Node {
             // or none yet for a joining node (its first peer's, later).
             None => {
                 let id = match config.cluster_id {
-                    0 if bootstrapping => random_cluster_id(),
+                    0 if bootstrapping => random_id(),
                     configured => configured,
                 };
                 if id != 0 {
@@ -454,8 +459,7 @@ impl Node {
                 done: raft_tx.clone(),
             },
             in_flight: None,
-            forwarding: crate::forwarding::Forwarding::new(crate::forwarding::random_session()),
-            forwarding_swept: std::time::Instant::now(),
+            forwarding: crate::forwarding::Forwarding::new(random_id()),
             max_request_bytes: config.max_request_bytes,
             max_apply_lag: config.max_apply_lag,
             election_timeout: config.tick_interval * config.election_ticks as u32,
@@ -696,11 +700,7 @@ impl Node {
     /// A leader whose state machine lags far behind the log takes no more
     /// proposals until it catches up (the apply queue stays bounded).
     fn check_apply_lag(&self) -> Result<(), Error> {
-        let (commit, applied) = {
-            let st = self.inner.status.lock();
-            (st.commit, st.applied)
-        };
-        let lag = commit.saturating_sub(applied);
+        let lag = self.inner.status.lock().apply_lag();
         if lag > self.inner.config.max_apply_lag {
             self.count_busy();
             return Err(Error::Busy(format!(
@@ -1129,9 +1129,9 @@ pub fn format_cluster_id(id: u64) -> String {
     format!("{id:016x}")
 }
 
-/// A fresh cluster id for a cluster that was given none: unpredictable
-/// enough that two clusters never share one by accident.
-fn random_cluster_id() -> u64 {
+/// A fresh, non-zero id (a cluster's that was given none, a forwarding
+/// session's): unpredictable enough that two never meet by accident.
+pub(crate) fn random_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(

@@ -16,7 +16,7 @@ use wasmraft_raft::{
 use wasmraft_storage::{StagedSnapshot, Storage};
 
 use crate::apply::{ApplyPort, ApplyTask};
-use crate::envelope::{self, Envelope};
+use crate::envelope::Envelope;
 use crate::forwarding::{self, Forwarding, Received};
 use crate::system::SystemCommand;
 use crate::error::Error;
@@ -199,8 +199,6 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// Proposals sent to the leader as follower, and taken from followers
     /// as leader.
     pub forwarding: Forwarding,
-    /// When abandoned forwarded batches were last forgotten.
-    pub forwarding_swept: Instant,
     /// The largest command a client may propose (a follower's are checked
     /// again here, as they arrive from the network).
     pub max_request_bytes: usize,
@@ -481,10 +479,7 @@ impl<T: Transport> RaftLoop<T> {
             return Flow::Stop;
         }
         self.propose(proposals, forwarded, wall_ms);
-        if self.forwarding.unanswered() > 0 && now.saturating_duration_since(self.forwarding_swept) >= Duration::from_secs(1) {
-            self.forwarding.forget_abandoned();
-            self.forwarding_swept = now;
-        }
+        self.forwarding.forget_abandoned(now);
         self.take_renewals(renewals, now, wall_ms);
         self.propose_tick(now, wall_ms);
         self.read_index(reads, now);
@@ -698,17 +693,14 @@ impl<T: Transport> RaftLoop<T> {
     ) -> (Vec<Vec<u8>>, Vec<(NodeId, u64, usize)>) {
         let me = self.raw.id();
         let (mut commands, mut batches) = (Vec::new(), Vec::new());
-        let busy = role == Role::Leader && !forwarded.is_empty() && {
-            let st = self.status.lock();
-            st.commit.saturating_sub(st.applied) > self.max_apply_lag
-        };
+        let busy = role == Role::Leader && !forwarded.is_empty() && self.status.lock().apply_lag() > self.max_apply_lag;
         for mut batch in forwarded {
             // A sender that knows a later term knows this node no longer leads.
             let refusal = if role != Role::Leader || batch.term > term {
                 ProposeOutcome::NotLeader
             } else if busy {
                 ProposeOutcome::Busy
-            } else if let Err(reason) = self.stamp_forwarded(&mut batch.commands, stamp) {
+            } else if let Err(reason) = forwarding::stamp(&mut batch.commands, stamp, self.max_request_bytes) {
                 // Only a broken or hostile member sends this; its clients
                 // time out.
                 tracing::warn!(from = batch.from.0, %reason, "dropped proposals a follower forwarded");
@@ -721,16 +713,6 @@ impl<T: Transport> RaftLoop<T> {
             self.transport.send(forwarding::answers(me, term, &[(batch.from, batch.seq, 0)], Err(refusal)));
         }
         (commands, batches)
-    }
-
-    /// Stamps a follower's commands, each checked as this node's clients'
-    /// are: an envelope within the request limit.
-    fn stamp_forwarded(&self, commands: &mut [Vec<u8>], stamp: u64) -> Result<(), String> {
-        let limit = self.max_request_bytes + envelope::HEADER_BYTES;
-        if let Some(c) = commands.iter().find(|c| c.len() > limit) {
-            return Err(format!("a command of {} bytes, past max_request_bytes", c.len()));
-        }
-        commands.iter_mut().try_for_each(|c| envelope::restamp(c, stamp))
     }
 
     /// Follower: sends this node's proposals to the leader it knows of, or

@@ -435,11 +435,21 @@ mod tests {
                 let entries = (0..next() % 4)
                     .map(|_| v1::Entry { log_id: Some(id(next())), payload: Some(Payload::Blank(v1::Blank {})) })
                     .collect();
-                let body = match next() % 5 {
+                let body = match next() % 7 {
                     0 => Body::AppendEntries(v1::AppendEntries { prev: Some(id(next())), entries, commit: pick(next()) }),
                     1 => Body::RequestVote(v1::RequestVote { pre_vote: next() % 2 == 0, last: Some(id(next())), transfer: false }),
                     2 => Body::Heartbeat(v1::Heartbeat { commit: pick(next()), token: next() }),
                     3 => Body::AppendResponse(v1::AppendResponse { reject: true, index: pick(next()), hint: Some(id(next())) }),
+                    4 => Body::Propose(v1::ForwardProposals {
+                        session: pick(next()),
+                        seq: pick(next()),
+                        commands: (0..next() % 3).map(|_| vec![next() as u8; (next() % 40) as usize]).collect(),
+                    }),
+                    5 => Body::ProposeResponse(v1::ForwardProposalsResponse {
+                        seq: pick(next()),
+                        first: pick(next()),
+                        refusal: (next() % 5) as i32,
+                    }),
                     _ => Body::InstallSnapshot(v1::InstallSnapshotMessage {
                         meta: Some(v1::SnapshotMeta { last: Some(id(next())), membership: None }),
                     }),
