@@ -1,5 +1,7 @@
 //! The storage path: appending a batch of log entries (without fsync, so the
-//! figure is the CPU cost, not the disk's) and writing an applied batch.
+//! figure is the CPU cost, not the disk's), writing an applied batch, and
+//! reading a filled keyspace: the keyspace hash replicas compare, and a
+//! query's range of 10 keys.
 //!
 //! `cargo bench -p wasmraft-storage --bench storage`
 
@@ -30,6 +32,35 @@ fn bench(c: &mut Criterion) {
             applied += 100;
             let none: [(u64, Option<&[u8]>); 0] = [];
             s.apply(LogId::new(1, applied), keys.iter().map(|k| StateWrite { key: k, value: Some(&value) }), none).unwrap();
+        })
+    });
+    g.finish();
+
+    // 10,000 keys of 8 bytes with 280-byte values, flushed in part to disk.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
+    let keys: Vec<Vec<u8>> = (0..10_000u64).map(|i| format!("{i:08}").into_bytes()).collect();
+    for (n, chunk) in keys.chunks(1000).enumerate() {
+        let none: [(u64, Option<&[u8]>); 0] = [];
+        s.apply(LogId::new(1, n as u64 + 1), chunk.iter().map(|k| StateWrite { key: k, value: Some(&value) }), none).unwrap();
+    }
+    let mut g = c.benchmark_group("keyspace");
+    g.throughput(Throughput::Elements(10_000));
+    g.bench_function("state_hash_10000_records", |b| b.iter(|| s.state_hash().unwrap()));
+    g.throughput(Throughput::Elements(10));
+    g.bench_function("scan_10_of_10000", |b| {
+        let mut at = 0usize;
+        b.iter(|| {
+            at = (at + 997) % 9_990;
+            let reader = s.consistent_reader();
+            let mut seen = 0;
+            reader
+                .scan(&keys[at], Some(&keys[at + 10]), false, &mut |_, _| {
+                    seen += 1;
+                    true
+                })
+                .unwrap();
+            assert_eq!(seen, 10);
         })
     });
     g.finish();

@@ -1,7 +1,7 @@
 //! The plugin deployed through the log (its record and bytes, in `meta`),
 //! and the hash of the plugin keyspace that replicas compare.
 
-use rocksdb::{IteratorMode, WriteBatch};
+use rocksdb::WriteBatch;
 use sha2::{Digest, Sha256};
 use wasmraft_raft::LogId;
 
@@ -115,20 +115,30 @@ impl Storage {
             hash.update(v);
             records += 1;
         };
-        for item in self.db.iterator_cf(self.cf(CF_STATE), IteratorMode::Start) {
-            let (k, v) = item?;
-            add(&k, &v);
+        // Raw iterators hand out borrowed slices: no copy of each pair. A
+        // full pass would evict the blocks queries and applies need from
+        // the block cache, so it reads around it.
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.fill_cache(false);
+        let mut iter = self.db.raw_iterator_cf_opt(self.cf(CF_STATE), opts);
+        iter.seek_to_first();
+        while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
+            add(k, v);
+            iter.next();
         }
+        iter.status()?;
         // A marker no key-length prefix can equal: keys are far shorter.
         add(&[0xff; 8], b"sessions");
-        let from = IteratorMode::From(SESSION_PREFIX, rocksdb::Direction::Forward);
-        for item in self.db.iterator_cf(self.cf(CF_META), from) {
-            let (k, v) = item?;
+        let mut iter = self.db.raw_iterator_cf(self.cf(CF_META));
+        iter.seek(SESSION_PREFIX);
+        while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
             if !k.starts_with(SESSION_PREFIX) {
                 break;
             }
-            add(&k, &v);
+            add(k, v);
+            iter.next();
         }
+        iter.status()?;
         Ok((hash.finalize().into(), records))
     }
 }

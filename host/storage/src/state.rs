@@ -220,13 +220,24 @@ impl StateReader {
         if let Some(end) = end {
             opts.set_iterate_upper_bound(end.to_vec());
         }
-        let mode = if reverse { IteratorMode::End } else { IteratorMode::From(start, Direction::Forward) };
-        for item in self.db.iterator_cf_opt(self.cf(), opts, mode) {
-            let (k, v) = item?;
-            if !visit(&k, &v) {
+        // A raw iterator hands out borrowed slices: no copy of each pair.
+        let mut iter = self.db.raw_iterator_cf_opt(self.cf(), opts);
+        if reverse {
+            iter.seek_to_last();
+        } else {
+            iter.seek(start);
+        }
+        while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
+            if !visit(k, v) {
                 break;
             }
+            if reverse {
+                iter.prev();
+            } else {
+                iter.next();
+            }
         }
+        iter.status()?;
         Ok(())
     }
 
