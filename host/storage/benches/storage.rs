@@ -3,7 +3,8 @@
 //! reading a filled keyspace: the keyspace hash replicas compare, and a
 //! query's range of 10 keys.
 //!
-//! `cargo bench -p wasmraft-storage --bench storage`
+//! `cargo bench --workspace --profile dev --bench storage` (with `-p`, cargo
+//! resolves other features and rebuilds RocksDB first)
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use wasmraft_raft::{Entry, EntryPayload, LogId};
@@ -36,7 +37,7 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
-    // 10,000 keys of 8 bytes with 280-byte values, flushed in part to disk.
+    // 10,000 keys of 8 bytes with 280-byte values (all still in memtables).
     let dir = tempfile::tempdir().unwrap();
     let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
     let keys: Vec<Vec<u8>> = (0..10_000u64).map(|i| format!("{i:08}").into_bytes()).collect();
