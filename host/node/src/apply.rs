@@ -69,9 +69,10 @@ pub(crate) struct ApplyWorker {
     pub events: broadcast::Sender<Arc<EntryEvent>>,
     pub status: Arc<Mutex<NodeStatus>>,
     /// Clients waiting for the entry their leader (of that term) placed at
-    /// an index. Two may wait at one index: a follower's forwarded entry
-    /// from one term, and its own from a later one as leader.
-    pub waiters: BTreeMap<(Index, Term), ProposeReply>,
+    /// an index. Several may wait at one index: a follower's forwarded
+    /// entry from one term and its own from a later one as leader, and a
+    /// retry of a proposal the leader found still in its log.
+    pub waiters: BTreeMap<(Index, Term), Vec<ProposeReply>>,
     /// Keep-alives waiting for the tick that carries them.
     pub renewal_waiters: BTreeMap<Index, (Term, Vec<ProposeReply>)>,
     pub last_applied: LogId,
@@ -141,7 +142,7 @@ impl ApplyWorker {
                     // applied, so its outcome is unknown.
                     let _ = reply.send(Err(Error::Timeout));
                 } else {
-                    self.waiters.insert((index, term), reply);
+                    self.waiters.entry((index, term)).or_default().push(reply);
                 }
             }
             ApplyTask::AwaitRenewals { index, term, replies } => {
@@ -194,7 +195,7 @@ impl ApplyWorker {
     /// dropped), or a snapshot covered them (outcome unknown).
     fn drop_waiters_through(&mut self, last: Index, why: Error) {
         let later = self.waiters.split_off(&(Index(last.0.saturating_add(1)), Term(0)));
-        for reply in std::mem::replace(&mut self.waiters, later).into_values() {
+        for reply in std::mem::replace(&mut self.waiters, later).into_values().flatten() {
             let _ = reply.send(Err(why.clone()));
         }
         let later = self.renewal_waiters.split_off(&Index(last.0.saturating_add(1)));
@@ -221,7 +222,7 @@ impl ApplyWorker {
         self.status.lock().set_fatal(fatal.clone());
         // Wake the Raft loop so that it stops leading now, not at its next tick.
         let _ = self.raft.send(LoopMsg::Applied(self.last_applied.index));
-        for reply in std::mem::take(&mut self.waiters).into_values() {
+        for reply in std::mem::take(&mut self.waiters).into_values().flatten() {
             let _ = reply.send(Err(Error::Fatal(fatal.clone())));
         }
         for reply in std::mem::take(&mut self.renewal_waiters).into_values().flat_map(|(_, r)| r) {
@@ -470,13 +471,14 @@ impl ApplyWorker {
                 if index > e.log_id.index {
                     break;
                 }
-                let reply = self.waiters.pop_first().expect("just seen").1;
+                let mut replies = self.waiters.pop_first().expect("just seen").1;
                 // Another leader's entry at this index means ours was dropped.
-                let answer = match result.take_if(|_| index == e.log_id.index && term == e.log_id.term) {
-                    Some(r) => r,
-                    None => Err(Error::ProposalDropped),
-                };
-                let _ = reply.send(answer);
+                let ours = index == e.log_id.index && term == e.log_id.term;
+                let last = replies.pop().expect("never empty");
+                for reply in replies {
+                    let _ = reply.send(if ours { result.clone().expect("not taken yet") } else { Err(Error::ProposalDropped) });
+                }
+                let _ = last.send(result.take_if(|_| ours).unwrap_or(Err(Error::ProposalDropped)));
             }
         }
         self.finish_applied(last.index, batch.events);

@@ -33,6 +33,19 @@ pub fn stamp(bytes: &[u8]) -> Option<u64> {
     }
 }
 
+/// The client id and sequence of an encoded envelope, without decoding
+/// the rest; `None` for one without a client (id 0) or not an envelope.
+pub fn client_sequence(bytes: &[u8]) -> Option<(u64, u64)> {
+    match bytes {
+        [VERSION, rest @ ..] if rest.len() >= HEADER - 1 => {
+            let word = |at: usize| u64::from_be_bytes(rest[at..at + 8].try_into().expect("8 bytes"));
+            let client = word(8);
+            (client != 0).then(|| (client, word(16)))
+        }
+        _ => None,
+    }
+}
+
 /// Sets the timestamp of an encoded envelope: a leader stamps the commands
 /// a follower forwarded. Refuses bytes that are not an envelope.
 pub fn restamp(bytes: &mut [u8], timestamp_ms: u64) -> Result<(), String> {
@@ -95,5 +108,14 @@ mod tests {
         assert!(restamp(&mut [1, 2, 3], 5).unwrap_err().contains("shorter"));
         assert!(restamp(&mut [2; 40], 5).unwrap_err().contains("version 2"));
         assert!(restamp(&mut [], 5).is_err());
+    }
+
+    #[test]
+    fn a_client_and_sequence_are_read_from_the_header() {
+        let e = Envelope { timestamp_ms: 3, client_id: 7, sequence: 9, command: b"xyz".to_vec() };
+        assert_eq!(client_sequence(&e.encode()), Some((7, 9)));
+        assert_eq!(client_sequence(&Envelope { client_id: 0, ..e.clone() }.encode()), None, "no client");
+        assert_eq!(client_sequence(&e.encode()[..HEADER - 1]), None, "short");
+        assert_eq!(client_sequence(&[2; 40]), None, "another version");
     }
 }

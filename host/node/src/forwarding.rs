@@ -10,9 +10,17 @@
 //! A batch the transport duplicates is appended once (`seq` increases
 //! within a follower's session); one it loses, or whose answer it loses,
 //! leaves its clients to time out, the outcome unknown to them.
+//!
+//! A leader admits followers' batches as it admits its own clients', into
+//! the one budget of proposal bytes in flight (`max_pending_bytes`): a
+//! batch takes its bytes as it arrives and gives them back once its
+//! entries are applied here (see [`Budget`]). One that does not fit is
+//! answered `busy` at once, so that its clients retry after a backoff
+//! instead of timing out behind a queue deeper than the leader drains
+//! within their timeout, and then adding their retries to it.
 
-use std::collections::{BTreeSet, HashMap};
-use std::ops::Range;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmraft_raft::{Index, Message, MessageBody, NodeId, ProposeOutcome, Term};
@@ -65,6 +73,8 @@ pub(crate) struct Received {
     pub term: Term,
     pub seq: u64,
     pub commands: Vec<Vec<u8>>,
+    /// What it holds of the leader's proposal budget.
+    pub bytes: u32,
 }
 
 /// Both sides of forwarding, for one node.
@@ -129,6 +139,11 @@ impl Forwarding {
             ProposeOutcome::Appended { first } => {
                 return (first.0..).map(Index).zip(batch.replies).collect();
             }
+            ProposeOutcome::Placed { at } if at.len() == batch.replies.len() => {
+                return at.into_iter().zip(batch.replies).collect();
+            }
+            // Only a broken leader answers so; where they went is unknown.
+            ProposeOutcome::Placed { .. } => Error::Timeout,
             ProposeOutcome::NotLeader => Error::NotLeader { leader: None },
             ProposeOutcome::Busy => Error::Busy("the leader has more proposals queued than it takes; retry later".into()),
         };
@@ -168,25 +183,81 @@ impl Forwarding {
     }
 }
 
-/// Leader: the answers to `batches`, appended together at `range` (their
-/// commands first, in order), or refused with `refusal`.
-pub(crate) fn answers(
-    me: NodeId,
-    term: Term,
-    batches: &[(NodeId, u64, usize)],
-    appended: Result<Range<Index>, ProposeOutcome>,
-) -> Vec<Message> {
-    let mut next = appended.as_ref().map_or(0, |r| r.start.0);
+/// Leader: followers' batches against the node's budget of proposal
+/// bytes in flight, shared with its own clients' requests. A batch takes
+/// its bytes as it arrives ([`Budget::take`]) and gives them back when it
+/// is refused or a duplicate, or once its entries are applied on this node;
+/// all at once if this node stops leading (what it appended may never
+/// apply here).
+pub(crate) struct Budget {
+    bytes: Arc<tokio::sync::Semaphore>,
+    /// Appended batches' bytes by the last index they wait for, in order.
+    appended: VecDeque<(u64, u64)>,
+}
+
+impl Budget {
+    pub(crate) fn new(bytes: Arc<tokio::sync::Semaphore>) -> Self {
+        Self { bytes, appended: VecDeque::new() }
+    }
+
+    /// The bytes a batch of `commands` holds.
+    pub(crate) fn size(commands: &[Vec<u8>]) -> Option<u32> {
+        u32::try_from(commands.iter().map(|c| c.len() as u64).sum::<u64>()).ok()
+    }
+
+    /// Takes room for a batch of `commands` as it arrives, or refuses it
+    /// (`false`): its sender is answered `busy`.
+    pub(crate) fn take(bytes: &tokio::sync::Semaphore, commands: &[Vec<u8>]) -> bool {
+        match Self::size(commands) {
+            Some(0) => true,
+            Some(n) => bytes.try_acquire_many(n).map(tokio::sync::SemaphorePermit::forget).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Gives back what a batch that was not appended held.
+    pub(crate) fn give_back(&self, bytes: u64) {
+        if bytes > 0 {
+            self.bytes.add_permits(bytes as usize);
+        }
+    }
+
+    /// Holds `bytes` of batches appended up to `last` until it is applied.
+    pub(crate) fn hold(&mut self, last: Index, bytes: u64) {
+        if bytes > 0 {
+            self.appended.push_back((last.0, bytes));
+        }
+    }
+
+    /// Gives back what batches applied by `applied` held, or everything if
+    /// this node no longer `leads`.
+    pub(crate) fn applied(&mut self, applied: u64, leads: bool) {
+        while let Some(&(last, bytes)) = self.appended.front() {
+            if leads && last > applied {
+                break;
+            }
+            self.appended.pop_front();
+            self.give_back(bytes);
+        }
+    }
+}
+
+/// Leader: the answer to batch `seq` from `to`, whose commands went to
+/// the indexes `at`, in order.
+pub(crate) fn placed(me: NodeId, term: Term, to: NodeId, seq: u64, at: Vec<Index>) -> Message {
+    let consecutive = at.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+    let outcome = match at.first() {
+        Some(&first) if consecutive => ProposeOutcome::Appended { first },
+        _ => ProposeOutcome::Placed { at },
+    };
+    Message { from: me, to, term, body: MessageBody::ProposeResponse { seq, outcome } }
+}
+
+/// Leader: the answers refusing `batches` (sender and `seq`).
+pub(crate) fn refused(me: NodeId, term: Term, batches: &[(NodeId, u64)], refusal: &ProposeOutcome) -> Vec<Message> {
     batches
         .iter()
-        .map(|&(to, seq, count)| {
-            let outcome = match &appended {
-                Ok(_) => ProposeOutcome::Appended { first: Index(next) },
-                Err(refusal) => *refusal,
-            };
-            next += count as u64;
-            Message { from: me, to, term, body: MessageBody::ProposeResponse { seq, outcome } }
-        })
+        .map(|&(to, seq)| Message { from: me, to, term, body: MessageBody::ProposeResponse { seq, outcome: refusal.clone() } })
         .collect()
 }
 
@@ -282,6 +353,28 @@ mod tests {
     }
 
     #[test]
+    fn a_leader_s_budget_is_held_until_the_batches_apply_or_it_stops_leading() {
+        let bytes = Arc::new(tokio::sync::Semaphore::new(100));
+        let mut budget = Budget::new(bytes.clone());
+        assert!(Budget::take(&bytes, &[vec![0; 30], vec![0; 30]]));
+        assert!(!Budget::take(&bytes, &[vec![0; 50]]), "60 of 100 are taken");
+        assert!(Budget::take(&bytes, &[]), "an empty batch needs no room");
+        budget.hold(Index(5), 60);
+        assert!(Budget::take(&bytes, &[vec![0; 40]]));
+        budget.hold(Index(9), 40);
+        assert_eq!(bytes.available_permits(), 0);
+        budget.applied(4, true);
+        assert_eq!(bytes.available_permits(), 0, "nothing applied yet");
+        budget.applied(8, true);
+        assert_eq!(bytes.available_permits(), 60, "the first batch applied");
+        budget.applied(8, false);
+        assert_eq!(bytes.available_permits(), 100, "no longer leading: all given back");
+        assert!(Budget::take(&bytes, &[vec![0; 70]]));
+        budget.give_back(70);
+        assert_eq!(bytes.available_permits(), 100, "a refused batch gives back at once");
+    }
+
+    #[test]
     fn a_follower_s_commands_are_stamped_only_if_every_one_is_an_envelope_within_the_limit() {
         let command = |n: usize| crate::envelope::Envelope { timestamp_ms: 0, client_id: 1, sequence: 2, command: vec![7; n] }.encode();
         let mut ok = vec![command(3), command(100)];
@@ -297,20 +390,33 @@ mod tests {
     }
 
     #[test]
-    fn answers_give_each_batch_its_first_index() {
-        let batches = [(NodeId(2), 4, 3), (NodeId(3), 9, 2)];
-        let firsts: Vec<_> = answers(NodeId(1), Term(5), &batches, Ok(Index(10)..Index(16)))
-            .into_iter()
-            .map(|m| (m.to.0, m.body))
-            .collect();
+    fn answers_say_where_each_batch_went_in_the_shortest_form() {
+        let answer = |at: &[u64]| placed(NodeId(1), Term(5), NodeId(2), 4, at.iter().copied().map(Index).collect()).body;
+        let outcome = |outcome| MessageBody::ProposeResponse { seq: 4, outcome };
+        assert_eq!(answer(&[10, 11, 12]), outcome(ProposeOutcome::Appended { first: Index(10) }));
+        assert_eq!(answer(&[10, 7, 11]), outcome(ProposeOutcome::Placed { at: vec![Index(10), Index(7), Index(11)] }));
+        let refusals = refused(NodeId(1), Term(5), &[(NodeId(2), 4), (NodeId(3), 9)], &ProposeOutcome::NotLeader);
+        let to: Vec<_> = refusals.iter().map(|m| (m.to.0, m.body.clone())).collect();
         assert_eq!(
-            firsts,
+            to,
             [
-                (2, MessageBody::ProposeResponse { seq: 4, outcome: ProposeOutcome::Appended { first: Index(10) } }),
-                (3, MessageBody::ProposeResponse { seq: 9, outcome: ProposeOutcome::Appended { first: Index(13) } }),
+                (2, MessageBody::ProposeResponse { seq: 4, outcome: ProposeOutcome::NotLeader }),
+                (3, MessageBody::ProposeResponse { seq: 9, outcome: ProposeOutcome::NotLeader }),
             ]
         );
-        let refused = answers(NodeId(1), Term(5), &batches, Err(ProposeOutcome::NotLeader));
-        assert!(refused.iter().all(|m| matches!(m.body, MessageBody::ProposeResponse { outcome: ProposeOutcome::NotLeader, .. })));
+    }
+
+    #[test]
+    fn a_follower_s_clients_wait_where_the_leader_placed_each() {
+        let mut f = Forwarding::new(7);
+        let (batch, _rx) = proposals(&[10, 10, 10]);
+        f.send(NodeId(2), NodeId(1), Term(1), batch);
+        let at = vec![Index(9), Index(4), Index(10)];
+        let placed: Vec<_> = f.answered(NodeId(1), 1, ProposeOutcome::Placed { at }).into_iter().map(|(i, _)| i.0).collect();
+        assert_eq!(placed, [9, 4, 10]);
+        let (batch, mut rx) = proposals(&[10, 10]);
+        f.send(NodeId(2), NodeId(1), Term(1), batch);
+        assert!(f.answered(NodeId(1), 2, ProposeOutcome::Placed { at: vec![Index(3)] }).is_empty(), "one index for two");
+        assert!(matches!(rx[0].try_recv(), Ok(Err(Error::Timeout))));
     }
 }

@@ -29,7 +29,9 @@ mod metrics;
 mod node;
 mod peer_inbox;
 mod progress;
+mod proposing;
 mod raft_loop;
+mod retries;
 mod sessions;
 #[cfg(test)]
 mod simulation;

@@ -205,7 +205,8 @@ struct Inner {
     removed: Arc<parking_lot::RwLock<std::collections::BTreeSet<u64>>>,
     /// Admission: one permit per client request in flight, and one per byte.
     pending_requests: tokio::sync::Semaphore,
-    pending_bytes: tokio::sync::Semaphore,
+    /// Shared with the Raft loop, which holds followers' batches in it.
+    pending_bytes: Arc<tokio::sync::Semaphore>,
     /// One permit per query allowed to run at once.
     query_slots: tokio::sync::Semaphore,
     busy_refusals: std::sync::atomic::AtomicU64,
@@ -394,6 +395,7 @@ impl Node {
             peer_inbox_dropped: 0,
         }));
         let (raft_tx, raft_rx) = channel();
+        let pending_bytes = Arc::new(tokio::sync::Semaphore::new(config.max_pending_bytes));
         let peer_inbox = Arc::new(crate::peer_inbox::PeerInbox::new(config.max_peer_inbox_bytes));
         let (apply_tx, apply_rx) = channel();
         let (applied_tx, applied_rx) = watch::channel(applied.index.0);
@@ -460,6 +462,8 @@ impl Node {
             },
             in_flight: None,
             forwarding: crate::forwarding::Forwarding::new(random_id()),
+            forwarded_budget: crate::forwarding::Budget::new(pending_bytes.clone()),
+            retries: Default::default(),
             max_request_bytes: config.max_request_bytes,
             max_apply_lag: config.max_apply_lag,
             election_timeout: config.tick_interval * config.election_ticks as u32,
@@ -479,7 +483,6 @@ impl Node {
             "node started"
         );
         let pending_requests = tokio::sync::Semaphore::new(config.max_pending_requests);
-        let pending_bytes = tokio::sync::Semaphore::new(config.max_pending_bytes);
         let query_slots = tokio::sync::Semaphore::new(config.plugin.query_instances);
         let node = Node {
             inner: Arc::new(Inner {
@@ -983,9 +986,29 @@ impl Node {
     /// Hands a Raft message from a peer to this node. Never blocks; the
     /// message is dropped if the node has stopped (Raft tolerates loss).
     /// Past [`NodeConfig::max_peer_inbox_bytes`] waiting in the Raft loop's
-    /// inbox, it is dropped and counted (`peer_inbox_dropped`).
+    /// inbox, it is dropped and counted (`peer_inbox_dropped`). A
+    /// follower's batch of proposals takes its bytes of
+    /// [`NodeConfig::max_pending_bytes`] as this node's clients' requests
+    /// do; one that finds no room is answered `busy`.
     pub fn step(&self, message: wasmraft_raft::Message) {
-        if self.inner.peer_inbox.admit(&message) {
+        let inbox = &self.inner.peer_inbox;
+        if let wasmraft_raft::MessageBody::Propose { seq, commands, .. } = &message.body {
+            let (to, seq) = (message.from, *seq);
+            if !crate::forwarding::Budget::take(&self.inner.pending_bytes, commands) {
+                self.count_busy();
+            } else if inbox.admit(&message) {
+                let _ = self.inner.raft.send(LoopMsg::Step(message));
+                return;
+            } else {
+                let bytes = crate::forwarding::Budget::size(commands).unwrap_or(0);
+                self.inner.pending_bytes.add_permits(bytes as usize);
+            }
+            if inbox.admit_refusal() {
+                let _ = self.inner.raft.send(LoopMsg::RefuseForwarded { to, seq });
+            }
+            return;
+        }
+        if inbox.admit(&message) {
             let _ = self.inner.raft.send(LoopMsg::Step(message));
         }
     }

@@ -4,11 +4,18 @@
 //! its next turn. A peer that sends faster than the loop drains (a burst of
 //! appends while an fsync is slow, or a hostile member) must not grow that
 //! inbox without bound: past the budget, messages are dropped and counted,
-//! which Raft tolerates as loss (the leader resends).
+//! which Raft tolerates as loss (the leader resends). A follower's batch of
+//! proposals dropped here is answered `busy` instead (nothing resends it),
+//! through a refusal that waits in the inbox in its place; refusals have a
+//! budget of their own, in number.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmraft_raft::{Message, MessageBody};
+
+/// Refusals waiting in the inbox at most; past it, a batch is dropped
+/// unanswered (its clients time out).
+const REFUSALS: u64 = 4096;
 
 /// What one message costs against the budget: its entries' bytes plus a
 /// fixed overhead, so that empty messages count too.
@@ -27,11 +34,12 @@ pub(crate) struct PeerInbox {
     bytes: AtomicU64,
     limit: u64,
     dropped: AtomicU64,
+    refusals: AtomicU64,
 }
 
 impl PeerInbox {
     pub(crate) fn new(limit: u64) -> Self {
-        Self { bytes: AtomicU64::new(0), limit, dropped: AtomicU64::new(0) }
+        Self { bytes: AtomicU64::new(0), limit, dropped: AtomicU64::new(0), refusals: AtomicU64::new(0) }
     }
 
     /// Takes room for `m`, or counts it dropped (`false`).
@@ -53,6 +61,21 @@ impl PeerInbox {
             }
         }
         taken.is_ok()
+    }
+
+    /// Takes room for one refusal of a batch of proposals, or counts the
+    /// batch dropped (`false`).
+    pub(crate) fn admit_refusal(&self) -> bool {
+        let taken = self.refusals.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < REFUSALS).then_some(n + 1));
+        if taken.is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        taken.is_ok()
+    }
+
+    /// The loop took a refusal out of the inbox.
+    pub(crate) fn release_refusal(&self) {
+        self.refusals.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The loop took `m` out of the inbox.
@@ -93,5 +116,15 @@ mod tests {
         assert!(inbox.admit(&m), "room again once the loop took one");
         assert!(!inbox.admit(&append(20_000)), "one larger than the budget never fits");
         assert_eq!(inbox.dropped(), 2);
+    }
+
+    #[test]
+    fn refusals_have_a_budget_in_number() {
+        let inbox = PeerInbox::new(10_000);
+        assert!((0..REFUSALS).all(|_| inbox.admit_refusal()));
+        assert!(!inbox.admit_refusal());
+        assert_eq!(inbox.dropped(), 1);
+        inbox.release_refusal();
+        assert!(inbox.admit_refusal());
     }
 }

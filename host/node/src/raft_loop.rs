@@ -11,13 +11,12 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use wasmraft_raft::{
     Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, ProposeOutcome, RawNode,
-    ReadId, Ready, Role, Term,
+    ReadId, Ready, Role,
 };
 use wasmraft_storage::{StagedSnapshot, Storage};
 
 use crate::apply::{ApplyPort, ApplyTask};
-use crate::envelope::Envelope;
-use crate::forwarding::{self, Forwarding, Received};
+use crate::forwarding::{self, Forwarding};
 use crate::system::SystemCommand;
 use crate::error::Error;
 use crate::log_writer::{LogWrite, LogWriter};
@@ -45,6 +44,12 @@ pub(crate) enum LoopMsg {
         reply: IndexReply,
     },
     Step(Message),
+    /// A follower's batch `seq` that did not fit this node's budget (see
+    /// `forwarding::Budget`): answered `busy`, or "not the leader".
+    RefuseForwarded {
+        to: NodeId,
+        seq: u64,
+    },
     /// A snapshot from the leader: its data, then its message to step.
     ReceiveSnapshot(Message, StagedSnapshot),
     /// The outcome of sending a snapshot to a peer.
@@ -199,6 +204,11 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// Proposals sent to the leader as follower, and taken from followers
     /// as leader.
     pub forwarding: Forwarding,
+    /// What followers' batches hold of this node's proposal budget.
+    pub forwarded_budget: forwarding::Budget,
+    /// Leader: where clients' proposals wait in the log uncommitted, for
+    /// their retries.
+    pub retries: crate::retries::Retries,
     /// The largest command a client may propose (a follower's are checked
     /// again here, as they arrive from the network).
     pub max_request_bytes: usize,
@@ -433,6 +443,12 @@ impl<T: Transport> RaftLoop<T> {
                     }
                 }
                 LoopMsg::SetAddress { id, address } => self.transport.set_address(id, &address),
+                LoopMsg::RefuseForwarded { to, seq } => {
+                    self.peer_inbox.release_refusal();
+                    let (role, term) = self.raw.role_and_term();
+                    let outcome = if role == Role::Leader { ProposeOutcome::Busy } else { ProposeOutcome::NotLeader };
+                    self.transport.send(forwarding::refused(self.raw.id(), term, &[(to, seq)], &outcome));
+                }
                 LoopMsg::TransferLeader { to, reply } => {
                     let result = self.raw.transfer_leader(to).map_err(propose_error);
                     let _ = reply.send(result);
@@ -473,7 +489,15 @@ impl<T: Transport> RaftLoop<T> {
         }
         // The apply worker failed: a node that cannot apply must not
         // keep leading or voting, not even for the rest of this turn.
-        let fatal = self.status.lock().fatal.clone();
+        let (fatal, applied) = {
+            let st = self.status.lock();
+            (st.fatal.clone(), st.applied)
+        };
+        let leads = self.raw.role_and_term().0 == Role::Leader;
+        self.forwarded_budget.applied(applied, leads);
+        if !leads {
+            self.retries.forget_all();
+        }
         if let Some(cause) = fatal {
             tracing::error!(cause = %cause, "the node is fatal; the Raft loop stops leading and voting");
             return Flow::Stop;
@@ -604,133 +628,9 @@ impl<T: Transport> RaftLoop<T> {
         self.status.lock().pending_read_rounds = self.pending_reads.len() as u64;
     }
 
-    fn not_leader(&self) -> Error {
+    pub(crate) fn not_leader(&self) -> Error {
         Error::NotLeader {
             leader: self.raw.status().leader,
-        }
-    }
-
-    /// A follower's proposals (kept for this turn's append, once each) or
-    /// the leader's answer to this node's.
-    fn take_forwarding(&mut self, m: Message, forwarded: &mut Vec<Received>) {
-        match m.body {
-            MessageBody::Propose { session, seq, commands } => {
-                if self.forwarding.is_new(m.from, session, seq) {
-                    forwarded.push(Received { from: m.from, term: m.term, seq, commands });
-                }
-            }
-            MessageBody::ProposeResponse { seq, outcome } => {
-                // Registered before the append that carries the entries (it
-                // comes after this answer) can commit them.
-                for (index, reply) in self.forwarding.answered(m.from, seq, outcome) {
-                    self.apply.send(ApplyTask::Await { index, term: m.term, reply });
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Appends this turn's proposals, followers' first, as one batch if this
-    /// node leads; else sends its own to the leader it knows of.
-    fn propose(&mut self, proposals: Vec<(Vec<u8>, u64, u64, ProposeReply)>, forwarded: Vec<Received>, wall_ms: u64) {
-        if proposals.is_empty() && forwarded.is_empty() {
-            return;
-        }
-        let (me, (role, term)) = (self.raw.id(), self.raw.role_and_term());
-        // A follower stamps nothing: that would anchor a term it does not
-        // lead. The leader stamps what followers send it.
-        let stamp = if role == Role::Leader { self.stamp_clock.stamp(term.0, self.now, wall_ms) } else { 0 };
-        let (mut commands, batches) = self.take_forwarded(forwarded, role, term, stamp);
-        let (own, replies): (Vec<_>, Vec<_>) = proposals
-            .into_iter()
-            .map(|(command, client_id, sequence, reply)| {
-                (Envelope { timestamp_ms: stamp, client_id, sequence, command }.encode(), reply)
-            })
-            .unzip();
-        if role != Role::Leader {
-            self.forward(own.into_iter().zip(replies).collect(), term);
-            return;
-        }
-        let theirs = commands.len() as u64;
-        commands.extend(own);
-        if commands.is_empty() {
-            return;
-        }
-        match self.raw.propose(commands) {
-            Ok(range) => {
-                self.commit_timer.proposed(range.end.0 - 1, self.now);
-                // Answered before the Ready sends the append carrying them.
-                self.transport.send(forwarding::answers(me, term, &batches, Ok(range.clone())));
-                for (index, reply) in (range.start.0 + theirs..range.end.0).zip(replies) {
-                    // Registered before the entries can commit (a later Ready),
-                    // and the apply channel is FIFO.
-                    self.apply.send(ApplyTask::Await {
-                        index: Index(index),
-                        term,
-                        reply,
-                    });
-                }
-            }
-            Err(e) => {
-                self.transport.send(forwarding::answers(me, term, &batches, Err(ProposeOutcome::NotLeader)));
-                let err = propose_error(e);
-                for reply in replies {
-                    let _ = reply.send(Err(err.clone()));
-                }
-            }
-        }
-    }
-
-    /// Followers' batches this leader appends (stamped, their commands in
-    /// order, and what to answer each); the others are answered here
-    /// with a refusal.
-    fn take_forwarded(
-        &mut self,
-        forwarded: Vec<Received>,
-        role: Role,
-        term: Term,
-        stamp: u64,
-    ) -> (Vec<Vec<u8>>, Vec<(NodeId, u64, usize)>) {
-        let me = self.raw.id();
-        let (mut commands, mut batches) = (Vec::new(), Vec::new());
-        let busy = role == Role::Leader && !forwarded.is_empty() && self.status.lock().apply_lag() > self.max_apply_lag;
-        for mut batch in forwarded {
-            // A sender that knows a later term knows this node no longer leads.
-            let refusal = if role != Role::Leader || batch.term > term {
-                ProposeOutcome::NotLeader
-            } else if busy {
-                ProposeOutcome::Busy
-            } else if let Err(reason) = forwarding::stamp(&mut batch.commands, stamp, self.max_request_bytes) {
-                // Only a broken or hostile member sends this; its clients
-                // time out.
-                tracing::warn!(from = batch.from.0, %reason, "dropped proposals a follower forwarded");
-                continue;
-            } else {
-                batches.push((batch.from, batch.seq, batch.commands.len()));
-                commands.append(&mut batch.commands);
-                continue;
-            };
-            self.transport.send(forwarding::answers(me, term, &[(batch.from, batch.seq, 0)], Err(refusal)));
-        }
-        (commands, batches)
-    }
-
-    /// Follower: sends this node's proposals to the leader it knows of, or
-    /// refuses them if it knows none.
-    fn forward(&mut self, proposals: Vec<(Vec<u8>, ProposeReply)>, term: Term) {
-        let me = self.raw.id();
-        match self.raw.leader() {
-            Some(leader) if leader != me => {
-                self.metrics.proposals_forwarded.fetch_add(proposals.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                let messages = self.forwarding.send(me, leader, term, proposals);
-                self.transport.send(messages);
-            }
-            _ => {
-                let err = self.not_leader();
-                for (_, reply) in proposals {
-                    let _ = reply.send(Err(err.clone()));
-                }
-            }
         }
     }
 
@@ -976,7 +876,9 @@ impl<T: Transport> RaftLoop<T> {
     /// core learns the Ready is done.
     fn finish_ready(&mut self, mut rd: Ready) -> Result<(), String> {
         self.send(std::mem::take(&mut rd.persisted_messages));
-        if !rd.committed_entries.is_empty() {
+        if let Some(last) = rd.committed_entries.last() {
+            // A retry's waiter would come after the entry it waits for.
+            self.retries.committed(last.log_id.index);
             self.apply
                 .send(ApplyTask::Apply(std::mem::take(&mut rd.committed_entries)));
         }
@@ -1034,7 +936,7 @@ fn wall_clock_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn propose_error(e: ProposeError) -> Error {
+pub(crate) fn propose_error(e: ProposeError) -> Error {
     match e {
         ProposeError::NotLeader { leader } => Error::NotLeader { leader },
         other => Error::Invalid(other.to_string()),

@@ -111,12 +111,19 @@ pub enum MessageBody {
 }
 
 /// What a leader did with a forwarded batch of proposals.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProposeOutcome {
     /// Appended at consecutive indexes from `first`, in the message's term.
     Appended {
         /// The index of the batch's first command.
         first: Index,
+    },
+    /// Appended, in the message's term, at these indexes, one per command
+    /// in order: a retry of a proposal still in the leader's log waits for
+    /// that entry instead of being appended again.
+    Placed {
+        /// Each command's index.
+        at: Vec<Index>,
     },
     /// Refused: the recipient does not lead (or is handing over).
     NotLeader,

@@ -143,12 +143,13 @@ pub fn message(m: raft::Message) -> v1::RaftMessage {
         B::Propose { session, seq, commands } => Body::Propose(v1::ForwardProposals { session, seq, commands }),
         B::ProposeResponse { seq, outcome } => {
             use v1::forward_proposals_response::Refusal;
-            let (first, refusal) = match outcome {
-                raft::ProposeOutcome::Appended { first } => (first.0, Refusal::None),
-                raft::ProposeOutcome::NotLeader => (0, Refusal::NotLeader),
-                raft::ProposeOutcome::Busy => (0, Refusal::Busy),
+            let (first, at, refusal) = match outcome {
+                raft::ProposeOutcome::Appended { first } => (first.0, Vec::new(), Refusal::None),
+                raft::ProposeOutcome::Placed { at } => (0, at.into_iter().map(|i| i.0).collect(), Refusal::None),
+                raft::ProposeOutcome::NotLeader => (0, Vec::new(), Refusal::NotLeader),
+                raft::ProposeOutcome::Busy => (0, Vec::new(), Refusal::Busy),
             };
-            Body::ProposeResponse(v1::ForwardProposalsResponse { seq, first, refusal: refusal as i32 })
+            Body::ProposeResponse(v1::ForwardProposalsResponse { seq, first, refusal: refusal as i32, at })
         }
     };
     v1::RaftMessage {
@@ -207,6 +208,12 @@ pub fn from_message(m: v1::RaftMessage) -> Result<raft::Message, Malformed> {
         Body::ProposeResponse(r) => {
             use v1::forward_proposals_response::Refusal;
             let outcome = match Refusal::try_from(r.refusal).map_err(|_| Malformed("unknown proposal refusal"))? {
+                Refusal::None if !r.at.is_empty() => {
+                    if r.first != 0 || r.at.iter().any(|&i| i == 0 || i > MAX_TERM) {
+                        return Err(Malformed("proposal index out of range"));
+                    }
+                    raft::ProposeOutcome::Placed { at: r.at.into_iter().map(raft::Index).collect() }
+                }
                 Refusal::None if r.first == 0 || r.first > MAX_TERM => {
                     return Err(Malformed("proposal index out of range"));
                 }
@@ -362,7 +369,8 @@ mod tests {
             index: Index(9),
         });
         round_trip(MessageBody::Propose { session: 3, seq: 8, commands: vec![b"a".to_vec(), vec![]] });
-        for outcome in [ProposeOutcome::Appended { first: Index(12) }, ProposeOutcome::NotLeader, ProposeOutcome::Busy] {
+        let placed = ProposeOutcome::Placed { at: vec![Index(12), Index(7), Index(13)] };
+        for outcome in [ProposeOutcome::Appended { first: Index(12) }, placed, ProposeOutcome::NotLeader, ProposeOutcome::Busy] {
             round_trip(MessageBody::ProposeResponse { seq: 8, outcome });
         }
     }
@@ -373,10 +381,14 @@ mod tests {
         let empty = Body::Propose(v1::ForwardProposals { session: 1, seq: 1, commands: vec![] });
         assert_eq!(from_message(wire(empty)).unwrap_err(), Malformed("a proposal without commands"));
         for first in [0, MAX_TERM + 1] {
-            let answer = Body::ProposeResponse(v1::ForwardProposalsResponse { seq: 1, first, refusal: 0 });
+            let answer = Body::ProposeResponse(v1::ForwardProposalsResponse { seq: 1, first, refusal: 0, at: vec![] });
             assert_eq!(from_message(wire(answer)).unwrap_err(), Malformed("proposal index out of range"));
         }
-        let unknown = Body::ProposeResponse(v1::ForwardProposalsResponse { seq: 1, first: 5, refusal: 9 });
+        for (first, at) in [(0, vec![3, 0]), (0, vec![MAX_TERM + 1]), (4, vec![5])] {
+            let answer = Body::ProposeResponse(v1::ForwardProposalsResponse { seq: 1, first, refusal: 0, at });
+            assert_eq!(from_message(wire(answer)).unwrap_err(), Malformed("proposal index out of range"));
+        }
+        let unknown = Body::ProposeResponse(v1::ForwardProposalsResponse { seq: 1, first: 5, refusal: 9, at: vec![] });
         assert_eq!(from_message(wire(unknown)).unwrap_err(), Malformed("unknown proposal refusal"));
     }
 
@@ -449,6 +461,7 @@ mod tests {
                         seq: pick(next()),
                         first: pick(next()),
                         refusal: (next() % 5) as i32,
+                        at: (0..next() % 3).map(|_| pick(next())).collect(),
                     }),
                     _ => Body::InstallSnapshot(v1::InstallSnapshotMessage {
                         meta: Some(v1::SnapshotMeta { last: Some(id(next())), membership: None }),

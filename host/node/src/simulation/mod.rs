@@ -41,6 +41,8 @@ mod admin;
 mod checks;
 mod clients;
 mod cluster;
+#[cfg(test)]
+mod leader_proposals;
 mod leases;
 #[cfg(test)]
 mod ordering;
