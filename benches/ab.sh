@@ -30,7 +30,7 @@ one() { # bin label
   for _ in $(seq 100); do "$bin" status --endpoints $ep 2>/dev/null | grep -q 'leader:   [0-9]' && break; sleep 0.1; done
   ETCD_PIDS="${pids[*]}" WORKLOADS="$WORKLOADS" TOTAL=${TOTAL:-50000} A_TOTAL=${A_TOTAL:-3000} CONNS=${CONNS:-200} \
     CLIENTS=${CLIENTS:-1000} OUT_DIR="$out/raw" "$TOOLS/etcd-bench.sh" "$ep" 2> "$out/bench.err" \
-    | grep -E '^[a-z]:' | sed "s/^/$label /" || { cat "$out/bench.err" >&2; }
+    | grep -E '^[a-z][0-9]?:' | sed "s/^/$label /" || { cat "$out/bench.err" >&2; }
   kill "${pids[@]}" 2>/dev/null || true
   wait "${pids[@]}" 2>/dev/null || true
   rm -rf "$out"
