@@ -61,6 +61,19 @@ impl ApplyPort for Sender<ApplyTask> {
     }
 }
 
+/// The clients waiting for one entry: almost always one, so the others
+/// cost no allocation until they come.
+pub(crate) struct Waiting {
+    first: ProposeReply,
+    more: Vec<ProposeReply>,
+}
+
+impl Waiting {
+    fn all(self) -> impl Iterator<Item = ProposeReply> {
+        std::iter::once(self.first).chain(self.more)
+    }
+}
+
 pub(crate) struct ApplyWorker {
     pub state_machine: Box<dyn StateMachine>,
     pub storage: Storage,
@@ -72,7 +85,7 @@ pub(crate) struct ApplyWorker {
     /// an index. Several may wait at one index: a follower's forwarded
     /// entry from one term and its own from a later one as leader, and a
     /// retry of a proposal the leader found still in its log.
-    pub waiters: BTreeMap<(Index, Term), Vec<ProposeReply>>,
+    pub waiters: BTreeMap<(Index, Term), Waiting>,
     /// Keep-alives waiting for the tick that carries them.
     pub renewal_waiters: BTreeMap<Index, (Term, Vec<ProposeReply>)>,
     pub last_applied: LogId,
@@ -142,7 +155,12 @@ impl ApplyWorker {
                     // applied, so its outcome is unknown.
                     let _ = reply.send(Err(Error::Timeout));
                 } else {
-                    self.waiters.entry((index, term)).or_default().push(reply);
+                    match self.waiters.entry((index, term)) {
+                        std::collections::btree_map::Entry::Vacant(e) => {
+                            e.insert(Waiting { first: reply, more: Vec::new() });
+                        }
+                        std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().more.push(reply),
+                    }
                 }
             }
             ApplyTask::AwaitRenewals { index, term, replies } => {
@@ -195,7 +213,7 @@ impl ApplyWorker {
     /// dropped), or a snapshot covered them (outcome unknown).
     fn drop_waiters_through(&mut self, last: Index, why: Error) {
         let later = self.waiters.split_off(&(Index(last.0.saturating_add(1)), Term(0)));
-        for reply in std::mem::replace(&mut self.waiters, later).into_values().flatten() {
+        for reply in std::mem::replace(&mut self.waiters, later).into_values().flat_map(Waiting::all) {
             let _ = reply.send(Err(why.clone()));
         }
         let later = self.renewal_waiters.split_off(&Index(last.0.saturating_add(1)));
@@ -222,7 +240,7 @@ impl ApplyWorker {
         self.status.lock().set_fatal(fatal.clone());
         // Wake the Raft loop so that it stops leading now, not at its next tick.
         let _ = self.raft.send(LoopMsg::Applied(self.last_applied.index));
-        for reply in std::mem::take(&mut self.waiters).into_values().flatten() {
+        for reply in std::mem::take(&mut self.waiters).into_values().flat_map(Waiting::all) {
             let _ = reply.send(Err(Error::Fatal(fatal.clone())));
         }
         for reply in std::mem::take(&mut self.renewal_waiters).into_values().flat_map(|(_, r)| r) {
@@ -471,14 +489,13 @@ impl ApplyWorker {
                 if index > e.log_id.index {
                     break;
                 }
-                let mut replies = self.waiters.pop_first().expect("just seen").1;
+                let waiting = self.waiters.pop_first().expect("just seen").1;
                 // Another leader's entry at this index means ours was dropped.
                 let ours = index == e.log_id.index && term == e.log_id.term;
-                let last = replies.pop().expect("never empty");
-                for reply in replies {
+                for reply in waiting.more {
                     let _ = reply.send(if ours { result.clone().expect("not taken yet") } else { Err(Error::ProposalDropped) });
                 }
-                let _ = last.send(result.take_if(|_| ours).unwrap_or(Err(Error::ProposalDropped)));
+                let _ = waiting.first.send(result.take_if(|_| ours).unwrap_or(Err(Error::ProposalDropped)));
             }
         }
         self.finish_applied(last.index, batch.events);

@@ -215,6 +215,12 @@ impl Budget {
         }
     }
 
+    /// Gives back what [`Budget::take`] took for `commands`, which went
+    /// no further (no room in the Raft loop's inbox).
+    pub(crate) fn untake(bytes: &tokio::sync::Semaphore, commands: &[Vec<u8>]) {
+        bytes.add_permits(Self::size(commands).unwrap_or(0) as usize);
+    }
+
     /// Gives back what a batch that was not appended held.
     pub(crate) fn give_back(&self, bytes: u64) {
         if bytes > 0 {

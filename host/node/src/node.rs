@@ -1000,8 +1000,7 @@ impl Node {
                 let _ = self.inner.raft.send(LoopMsg::Step(message));
                 return;
             } else {
-                let bytes = crate::forwarding::Budget::size(commands).unwrap_or(0);
-                self.inner.pending_bytes.add_permits(bytes as usize);
+                crate::forwarding::Budget::untake(&self.inner.pending_bytes, commands);
             }
             if inbox.admit_refusal() {
                 let _ = self.inner.raft.send(LoopMsg::RefuseForwarded { to, seq });

@@ -96,8 +96,12 @@ impl Retries {
         }
     }
 
-    /// Forgets every proposal: this node no longer leads.
+    /// Forgets every proposal: this node no longer leads (called each turn
+    /// then, and a map's `clear` costs its capacity).
     pub(crate) fn forget_all(&mut self) {
+        if self.order.is_empty() {
+            return;
+        }
         self.at.clear();
         self.order.clear();
     }
