@@ -61,8 +61,9 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// Three (or `n`) `wasmraft run` processes, each with its TOML config, data
 /// directory and log file in one temporary directory. Every process is killed
-/// when the cluster is dropped; a panicking test keeps the directory and
-/// prints the end of every log.
+/// when the cluster is dropped; a panicking test keeps the directory (the
+/// nodes' data only if small, see `drop_large_data_dirs`) and prints the
+/// end of every log.
 pub struct Cluster {
     dir: Option<tempfile::TempDir>,
     /// Client addresses.
@@ -535,13 +536,57 @@ impl Drop for Cluster {
         if panicking {
             eprintln!("{}", self.log_tails());
         }
-        // WASMRAFT_TEST_KEEP keeps the logs of a passing run too.
-        if panicking || std::env::var_os("WASMRAFT_TEST_KEEP").is_some() {
+        // WASMRAFT_TEST_KEEP keeps everything of a passing run too.
+        let keep_all = std::env::var_os("WASMRAFT_TEST_KEEP").is_some();
+        if panicking || keep_all {
             if let Some(dir) = self.dir.take() {
+                if !keep_all {
+                    drop_large_data_dirs(dir.path());
+                }
                 eprintln!("cluster directory kept: {}", dir.keep().display());
             }
         }
     }
+}
+
+/// Node data past this size is not kept for a failed test: a test of large
+/// values leaves gigabytes, and a few failed runs would fill a CI disk.
+const KEPT_DATA_LIMIT: u64 = 256 << 20;
+
+/// Removes the nodes' data directories (`n1`, `n2`, ...) under `dir` when
+/// together they exceed KEPT_DATA_LIMIT; logs and configs stay.
+fn drop_large_data_dirs(dir: &Path) {
+    fn size(path: &Path) -> u64 {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => std::fs::read_dir(path)
+                .map(|entries| entries.flatten().map(|e| size(&e.path())).sum())
+                .unwrap_or(0),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        }
+    }
+    let data_dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.file_name().and_then(|n| n.to_str()).is_some_and(is_node_dir))
+        .collect();
+    let total: u64 = data_dirs.iter().map(|d| size(d)).sum();
+    if total > KEPT_DATA_LIMIT {
+        for d in &data_dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        eprintln!(
+            "node data removed ({} MiB); WASMRAFT_TEST_KEEP=1 keeps it",
+            total >> 20
+        );
+    }
+}
+
+/// `n` followed by a node id: a data directory of the harness.
+fn is_node_dir(name: &str) -> bool {
+    name.strip_prefix('n').is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// One node's status, or `None` if it does not answer within 300 ms.
