@@ -22,6 +22,9 @@ use crate::system::SystemCommand;
 use crate::sessions::{Admission as SessionAdmission, SWEEP_EVERY, Session, Sessions};
 use crate::state_machine::{QueryHandler, StateMachine, StorageView};
 
+/// How often an idle apply thread looks whether a keyspace hash is done.
+const HASH_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 pub(crate) enum ApplyTask {
     /// A client waits for the entry proposed at `index` in `term`.
     Await { index: Index, term: Term, reply: ProposeReply },
@@ -118,6 +121,9 @@ impl ApplyWorker {
     /// Runs the worker on this thread until its channel closes or it fails.
     pub fn run(mut self, tasks: Receiver<ApplyTask>) {
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "apply");
+        // A thread of its own may wait for its tasks; the simulation's
+        // driver may not.
+        self.hashes.in_background();
         loop {
             // Whenever nothing is queued, before waiting: under load the
             // registrations of new proposals (`Await`) come between two
@@ -129,9 +135,19 @@ impl ApplyWorker {
                     if self.idle() == Flow::Stop {
                         return;
                     }
-                    match tasks.recv() {
-                        Ok(task) => task,
-                        Err(_) => return,
+                    if self.hashes.running() {
+                        // Back to `idle` now and then, which records the
+                        // hash once its pass is done.
+                        match tasks.recv_timeout(HASH_POLL) {
+                            Ok(task) => task,
+                            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                        }
+                    } else {
+                        match tasks.recv() {
+                            Ok(task) => task,
+                            Err(_) => return,
+                        }
                     }
                 }
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
@@ -185,7 +201,9 @@ impl ApplyWorker {
                 return Flow::Stop;
             }
             ApplyTask::Apply(entries) => {
-                let result = split_batches(entries)
+                let result = self
+                    .finish_hash(false)
+                    .and_then(|()| split_batches(entries)
                     .into_iter()
                     .try_for_each(|batch| {
                         let (started, entries) = (std::time::Instant::now(), batch.len());
@@ -197,7 +215,7 @@ impl ApplyWorker {
                             }
                         }
                         self.maybe_snapshot()
-                    })
+                    }))
                     .map(|()| self.maybe_propose_hash_check());
                 if let Err(fatal) = result {
                     self.fail(fatal);
@@ -224,6 +242,10 @@ impl ApplyWorker {
 
     /// Nothing is queued: prepare the state machine's next call.
     pub fn idle(&mut self) -> Flow {
+        if let Err(fatal) = self.finish_hash(false) {
+            self.fail(fatal);
+            return Flow::Stop;
+        }
         match self.state_machine.idle() {
             Ok(()) => Flow::Continue,
             Err(fatal) => {
@@ -246,6 +268,18 @@ impl ApplyWorker {
         for reply in std::mem::take(&mut self.renewal_waiters).into_values().flat_map(|(_, r)| r) {
             let _ = reply.send(Err(Error::Fatal(fatal.clone())));
         }
+    }
+
+    /// Records the keyspace hash of the last check once its pass is done
+    /// (`wait`: waits for it); the leader then proposes it to the others.
+    fn finish_hash(&mut self, wait: bool) -> Result<(), String> {
+        if let Some(done) = self.hashes.finished(wait)? {
+            if let Some(expect) = self.hashes.record(done, &self.status) {
+                let (reply, _) = tokio::sync::oneshot::channel();
+                let _ = self.raft.send(LoopMsg::ProposeSystem { data: expect.encode(), reply });
+            }
+        }
+        Ok(())
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), String> {
@@ -475,12 +509,10 @@ impl ApplyWorker {
         self.last_applied = last;
         self.publish_addresses(records.addresses);
         if let Some(index) = hash_at {
-            let (hash, records) = self.storage.state_hash_counted().map_err(|e| format!("hashing the keyspace: {e}"))?;
-            if let Some(expect) = self.hashes.record(index, hash, records, &self.status) {
-                // The leader tells every replica its hash through the log.
-                let (reply, _) = tokio::sync::oneshot::channel();
-                let _ = self.raft.send(LoopMsg::ProposeSystem { data: expect.encode(), reply });
-            }
+            // The view of exactly this index, hashed while applies go on.
+            self.finish_hash(true)?;
+            self.hashes.start(index, self.storage.consistent_reader());
+            self.finish_hash(false)?;
         }
 
         for ((e, outcome), at) in entries.iter().zip(outcomes).zip(applied_at) {

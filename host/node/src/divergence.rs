@@ -9,10 +9,21 @@
 //! level, and in the `wasmraft_keyspace_divergences_total` metric. Each
 //! node's hash is in its status, so an operator (or `wasmraft check`) can
 //! see which replica is the odd one out, the leader included.
+//!
+//! A pass reads the whole keyspace: seconds for millions of keys. A node's
+//! apply thread only takes a RocksDB snapshot at the check's index, and a
+//! thread of the pass's own hashes that snapshot while applies go on (the
+//! deterministic simulation hashes in place instead, see
+//! [`HashChecks::in_background`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use wasmraft_storage::{StateReader, StorageError};
 
 use crate::node::NodeStatus;
 use crate::system::SystemCommand;
@@ -20,8 +31,23 @@ use crate::system::SystemCommand;
 /// Hashes kept for comparison with the leader's.
 const KEEP: usize = 64;
 
+/// A finished hash pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Hashed {
+    pub index: u64,
+    pub hash: [u8; 32],
+    pub records: u64,
+    pub took: Duration,
+}
 
+/// The pass of the latest check, until its hash is recorded.
+enum Pass {
+    /// On its own thread; `stop` ends it early.
+    Running { index: u64, started: Instant, stop: Arc<AtomicBool>, thread: JoinHandle<PassResult> },
+    Done(Result<Hashed, String>),
+}
 
+type PassResult = Result<Option<([u8; 32], u64)>, StorageError>;
 /// A node's latest keyspace hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HashCheck {
@@ -44,37 +70,113 @@ pub(crate) struct HashChecks {
     records_per_entry: u64,
     next_due: u64,
     own: BTreeMap<u64, [u8; 32]>,
+    /// The leader's hashes that arrived before this node's own at their
+    /// index was done.
+    early: BTreeMap<u64, [u8; 32]>,
+    pass: Option<Pass>,
+    /// Whether passes run on a thread of their own.
+    background: bool,
 }
 
 impl HashChecks {
     /// Checks every `every` applied entries (0: only on request), less
     /// often for a state of more than `every * records_per_entry` records.
     pub fn new(every: u64, records_per_entry: u64, applied: u64) -> Self {
-        Self { every, records_per_entry, next_due: applied.saturating_add(every), own: BTreeMap::new() }
+        Self {
+            every,
+            records_per_entry,
+            next_due: applied.saturating_add(every),
+            own: BTreeMap::new(),
+            early: BTreeMap::new(),
+            pass: None,
+            background: false,
+        }
     }
 
-    /// Whether a periodic check is due (proposed by the leader only).
+    /// Hash on a thread of each pass's own, not on the caller's.
+    pub fn in_background(&mut self) {
+        self.background = true;
+    }
+
+    /// Whether a pass runs on its own thread now.
+    pub fn running(&self) -> bool {
+        matches!(self.pass, Some(Pass::Running { .. }))
+    }
+
+    /// Hashes `reader`, a consistent view taken right after the check entry
+    /// at `index` applied: in place, or on a thread of its own. Its result
+    /// comes from [`finished`](Self::finished). A pass still running must
+    /// have been finished first.
+    pub fn start(&mut self, index: u64, reader: StateReader) {
+        debug_assert!(self.pass.is_none(), "the last pass was not finished");
+        let started = Instant::now();
+        if !self.background {
+            let result = reader.keyspace_hash(&|| true);
+            self.pass = Some(Pass::Done(outcome(index, started, result)));
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let go_on = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("keyspace-hash".into())
+            .spawn(move || reader.keyspace_hash(&|| !go_on.load(Ordering::Relaxed)));
+        self.pass = Some(match spawned {
+            Ok(thread) => Pass::Running { index, started, stop, thread },
+            Err(e) => Pass::Done(Err(format!("cannot start a thread to hash the keyspace: {e}"))),
+        });
+    }
+
+    /// The hash of the last pass once it is done (`wait`: waits for it);
+    /// an error if it failed, which the node cannot go on from.
+    pub fn finished(&mut self, wait: bool) -> Result<Option<Hashed>, String> {
+        match self.pass.take() {
+            None => Ok(None),
+            Some(Pass::Done(result)) => result.map(Some),
+            Some(Pass::Running { index, started, stop, thread }) => {
+                if !wait && !thread.is_finished() {
+                    self.pass = Some(Pass::Running { index, started, stop, thread });
+                    return Ok(None);
+                }
+                match thread.join() {
+                    Ok(result) => outcome(index, started, result).map(Some),
+                    Err(_) => Err("the thread hashing the keyspace panicked".into()),
+                }
+            }
+        }
+    }
+
+    /// Whether a periodic check is due (proposed by the leader only). Not
+    /// while the last pass runs: its size sets when the next is due.
     pub fn due(&mut self, applied: u64, is_leader: bool) -> bool {
-        if self.every == 0 || applied < self.next_due {
+        if self.every == 0 || applied < self.next_due || self.running() {
             return false;
         }
         self.next_due = applied + self.every;
         is_leader
     }
 
-    /// Records this node's hash at `index`, taken over `records` records;
-    /// on the leader, returns the entry that tells the others.
-    pub fn record(&mut self, index: u64, hash: [u8; 32], records: u64, status: &Mutex<NodeStatus>) -> Option<SystemCommand> {
+    /// Records this node's hash of a finished pass; on the leader, returns
+    /// the entry that tells the others.
+    pub fn record(&mut self, done: Hashed, status: &Mutex<NodeStatus>) -> Option<SystemCommand> {
+        let Hashed { index, hash, records, took } = done;
         self.schedule(index, records);
         self.own.insert(index, hash);
         while self.own.len() > KEEP {
             self.own.pop_first();
         }
-        let mut status = status.lock();
-        status.hash_checks += 1;
-        status.hash_check = Some(HashCheck { index, sha256: hex(&hash), matches_leader: None });
-        tracing::info!(index, sha256 = %hex(&hash), "keyspace hash");
-        (status.role == wasmraft_raft::Role::Leader).then_some(SystemCommand::ExpectHash { index, hash })
+        {
+            let mut status = status.lock();
+            status.hash_checks += 1;
+            status.hash_check = Some(HashCheck { index, sha256: hex(&hash), matches_leader: None });
+        }
+        tracing::info!(index, sha256 = %hex(&hash), records, took_ms = took.as_millis() as u64, "keyspace hash");
+        // Older early hashes are for indexes this node never hashed (a
+        // snapshot took it past them).
+        self.early = self.early.split_off(&index);
+        if let Some(leader) = self.early.remove(&index) {
+            self.compare(index, &leader, status);
+        }
+        (status.lock().role == wasmraft_raft::Role::Leader).then_some(SystemCommand::ExpectHash { index, hash })
     }
 
     /// After a check at `index` over `records` records: the next one is
@@ -89,6 +191,14 @@ impl HashChecks {
     /// Compares the leader's hash at `index` with this node's.
     pub fn compare(&mut self, index: u64, leader: &[u8; 32], status: &Mutex<NodeStatus>) {
         let Some(own) = self.own.get(&index) else {
+            if matches!(&self.pass, Some(Pass::Running { index: at, .. }) if *at == index) {
+                // Compared when this node's own pass is done.
+                self.early.insert(index, *leader);
+                while self.early.len() > KEEP {
+                    self.early.pop_first();
+                }
+                return;
+            }
             // Taken before a snapshot this node installed, or too long ago.
             tracing::debug!(index, "no own keyspace hash to compare with the leader's");
             return;
@@ -111,6 +221,24 @@ impl HashChecks {
     }
 }
 
+impl Drop for HashChecks {
+    /// A pass still running stops within a few thousand records.
+    fn drop(&mut self) {
+        if let Some(Pass::Running { stop, thread, .. }) = self.pass.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
+    }
+}
+
+fn outcome(index: u64, started: Instant, result: PassResult) -> Result<Hashed, String> {
+    match result {
+        Ok(Some((hash, records))) => Ok(Hashed { index, hash, records, took: started.elapsed() }),
+        Ok(None) => Err("the keyspace hash stopped before its end".into()),
+        Err(e) => Err(format!("hashing the keyspace: {e}")),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -118,6 +246,95 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(role: wasmraft_raft::Role) -> Mutex<NodeStatus> {
+        Mutex::new(NodeStatus {
+            id: 1,
+            role,
+            term: 1,
+            leader: None,
+            commit: 0,
+            applied: 0,
+            last_index: 0,
+            plugin: wasmraft_runtime::PluginInfo {
+                name: String::new(),
+                version: String::new(),
+                sdk_version: String::new(),
+                sha256: String::new(),
+                migrates: false,
+                wasi: false,
+                contract: String::new(),
+            },
+            fatal: None,
+            deployed_at: 0,
+            hash_check: None,
+            hash_checks: 0,
+            divergence: None,
+            divergences: 0,
+            membership: wasmraft_raft::Membership::new([wasmraft_raft::NodeId(1)]),
+            removed: false,
+            pending_requests: 0,
+            pending_read_rounds: 0,
+            busy_refusals: 0,
+            peer_inbox_dropped: 0,
+        })
+    }
+
+    /// A store of 1,000 keys applied at index 1.
+    fn store(dir: &std::path::Path) -> wasmraft_storage::Storage {
+        let storage =
+            wasmraft_storage::Storage::open(dir, 1, wasmraft_storage::StorageOptions::default()).unwrap();
+        let keys: Vec<Vec<u8>> = (0..1_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let writes = keys.iter().map(|k| wasmraft_storage::StateWrite { key: k, value: Some(b"v") });
+        storage.apply(wasmraft_raft::LogId::new(1, 1), writes, []).unwrap();
+        storage
+    }
+
+    /// Off the apply thread, a pass hashes the index it was started at
+    /// while later batches apply; the leader's hash, if it comes first,
+    /// is compared once the pass is done, and a mismatch is reported.
+    #[test]
+    fn a_background_pass_hashes_its_index_and_a_leader_hash_that_came_early_is_compared() {
+        for (leader_agrees, role) in [(false, wasmraft_raft::Role::Follower), (true, wasmraft_raft::Role::Leader)] {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = store(dir.path());
+            let (hash, records) = storage.state_hash_counted().unwrap();
+            let status = status(role);
+            let mut checks = HashChecks::new(100, 4, 0);
+            checks.in_background();
+            checks.start(1, storage.consistent_reader());
+            let later = [wasmraft_storage::StateWrite { key: b"later", value: Some(b"v") }];
+            storage.apply(wasmraft_raft::LogId::new(1, 2), later, []).unwrap();
+            // Running until its result is taken, whether or not its thread ended.
+            assert!(checks.running());
+            assert!(!checks.due(1_000, true), "no check while a pass runs");
+            let leader = if leader_agrees { hash } else { [7; 32] };
+            checks.compare(1, &leader, &status);
+            assert_eq!(status.lock().divergences, 0, "nothing to compare with yet");
+
+            let done = checks.finished(true).unwrap().unwrap();
+            assert_eq!((done.index, done.hash, done.records), (1, hash, records));
+            assert!(!checks.running());
+            let expect = checks.record(done, &status);
+            let st = status.lock();
+            assert_eq!(st.hash_check.as_ref().unwrap().matches_leader, Some(leader_agrees));
+            assert_eq!(st.divergences, u64::from(!leader_agrees));
+            assert_eq!(expect.is_some(), role == wasmraft_raft::Role::Leader, "only a leader tells the others");
+        }
+    }
+
+    /// In place (the simulation), the pass is done when `start` returns.
+    #[test]
+    fn a_pass_in_place_is_done_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = store(dir.path());
+        let mut checks = HashChecks::new(100, 4, 0);
+        checks.start(1, storage.consistent_reader());
+        assert!(!checks.running());
+        let done = checks.finished(false).unwrap().unwrap();
+        assert_eq!(done.hash, storage.state_hash().unwrap());
+        assert_eq!(checks.finished(false).unwrap(), None, "taken once");
+    }
 
     #[test]
     fn a_large_state_is_checked_less_often_a_small_one_every_interval() {

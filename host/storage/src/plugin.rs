@@ -8,7 +8,7 @@ use wasmraft_raft::LogId;
 use crate::codec;
 use crate::error::StorageError;
 use crate::rocks::{CF_META, CF_STATE, Storage};
-use crate::state::{AppliedRecords, SESSION_PREFIX, StateWrite};
+use crate::state::{AppliedRecords, SESSION_PREFIX, StateReader, StateWrite};
 
 const KEY_PLUGIN_RECORD: &[u8] = b"plugin/record";
 const KEY_PLUGIN_WASM: &[u8] = b"plugin/wasm";
@@ -98,14 +98,29 @@ impl Storage {
     /// (the exactly-once table, which replicas must agree on as much as on
     /// the state), each in key order, each key and value prefixed with its
     /// length. Equal on replicas with equal state at the same applied index.
-    /// Call it from the apply thread (the only writer) for an exact applied
-    /// index: sessions are written in the same batch as the state.
+    /// Taken at the applied index of the call (every applied batch is one
+    /// atomic write): for an exact index, call it from the apply thread, or
+    /// take a [`Storage::consistent_reader`] there and hash that elsewhere.
     pub fn state_hash(&self) -> Result<[u8; 32], StorageError> {
         Ok(self.state_hash_counted()?.0)
     }
 
     /// [`state_hash`](Self::state_hash), and how many records it hashed.
     pub fn state_hash_counted(&self) -> Result<([u8; 32], u64), StorageError> {
+        let hashed = self.consistent_reader().keyspace_hash(&|| true)?;
+        Ok(hashed.expect("a pass that is never stopped ends"))
+    }
+}
+
+/// How many records a hash pass reads between two looks at whether it
+/// should stop.
+const RECORDS_BETWEEN_CHECKS: u64 = 4096;
+
+impl StateReader {
+    /// [`Storage::state_hash_counted`] at this reader's applied index, and
+    /// how many records it hashed; `None` if `go_on` said stop (asked every
+    /// few thousand records).
+    pub fn keyspace_hash(&self, go_on: &dyn Fn() -> bool) -> Result<Option<([u8; 32], u64)>, StorageError> {
         let mut hash = Sha256::new();
         let mut records = 0u64;
         let mut add = |k: &[u8], v: &[u8]| {
@@ -114,31 +129,37 @@ impl Storage {
             hash.update((v.len() as u64).to_be_bytes());
             hash.update(v);
             records += 1;
+            records % RECORDS_BETWEEN_CHECKS != 0 || go_on()
         };
         // Raw iterators hand out borrowed slices: no copy of each pair. A
         // full pass would evict the blocks queries and applies need from
         // the block cache, so it reads around it.
-        let mut opts = rocksdb::ReadOptions::default();
+        let mut opts = self.read_options();
         opts.fill_cache(false);
-        let mut iter = self.db.raw_iterator_cf_opt(self.cf(CF_STATE), opts);
+        let mut iter = self.db.raw_iterator_cf_opt(self.db.cf_handle(CF_STATE).expect("created at open"), opts);
         iter.seek_to_first();
         while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
-            add(k, v);
+            if !add(k, v) {
+                return Ok(None);
+            }
             iter.next();
         }
         iter.status()?;
         // A marker no key-length prefix can equal: keys are far shorter.
         add(&[0xff; 8], b"sessions");
-        let mut iter = self.db.raw_iterator_cf(self.cf(CF_META));
+        let mut iter =
+            self.db.raw_iterator_cf_opt(self.db.cf_handle(CF_META).expect("created at open"), self.read_options());
         iter.seek(SESSION_PREFIX);
         while let (Some(k), Some(v)) = (iter.key(), iter.value()) {
             if !k.starts_with(SESSION_PREFIX) {
                 break;
             }
-            add(k, v);
+            if !add(k, v) {
+                return Ok(None);
+            }
             iter.next();
         }
         iter.status()?;
-        Ok((hash.finalize().into(), records))
+        Ok(Some((hash.finalize().into(), records)))
     }
 }

@@ -179,7 +179,7 @@ impl Storage {
 pub struct StateReader {
     /// Declared before `db`, so released before it.
     snapshot: Option<SnapshotWithThreadMode<'static, DB>>,
-    db: Arc<DB>,
+    pub(crate) db: Arc<DB>,
 }
 
 impl std::fmt::Debug for StateReader {
@@ -193,7 +193,7 @@ impl StateReader {
         self.db.cf_handle(CF_STATE).expect("column family created at open")
     }
 
-    fn read_options(&self) -> rocksdb::ReadOptions {
+    pub(crate) fn read_options(&self) -> rocksdb::ReadOptions {
         let mut opts = rocksdb::ReadOptions::default();
         if let Some(s) = &self.snapshot {
             opts.set_snapshot(s);

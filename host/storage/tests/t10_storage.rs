@@ -182,6 +182,32 @@ fn the_keyspace_hash_covers_sessions() {
     assert_ne!(a.state_hash().unwrap(), b.state_hash().unwrap(), "a session differs");
 }
 
+/// A hash pass over a consistent reader sees the applied index the reader
+/// was taken at, whatever is applied while it runs (the apply thread takes
+/// the reader and another thread hashes it), and stops when told to.
+#[test]
+fn a_keyspace_hash_of_a_consistent_reader_ignores_later_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let keys: Vec<Vec<u8>> = (0..10_000u32).map(|i| format!("key-{i:05}").into_bytes()).collect();
+    s.apply(LogId::new(1, 1), keys.iter().map(|k| StateWrite { key: k, value: Some(b"v") }), [(7, Some(&b"seq 1"[..]))])
+        .unwrap();
+    let at_one = s.state_hash_counted().unwrap();
+    let reader = s.consistent_reader();
+    s.apply(LogId::new(1, 2), [StateWrite { key: b"key-00001", value: None }], [(7, Some(&b"seq 2"[..]))]).unwrap();
+    let at_two = s.state_hash_counted().unwrap();
+    assert_ne!(at_one.0, at_two.0, "a write changes the hash");
+    assert_eq!(reader.keyspace_hash(&|| true).unwrap(), Some(at_one), "the reader's index, not the live one");
+    // 10,001 records and the marker: asked at least twice whether to go on.
+    let asked = std::cell::Cell::new(0);
+    let stopped = reader.keyspace_hash(&|| {
+        asked.set(asked.get() + 1);
+        false
+    });
+    assert_eq!(stopped.unwrap(), None);
+    assert_eq!(asked.get(), 1, "the first answer stops the pass");
+}
+
 /// Membership, member addresses and log time are replicated records: they
 /// move with the applied index in one write, and a snapshot taken at that
 /// index carries exactly them.
