@@ -270,10 +270,12 @@ impl ApplyWorker {
         }
     }
 
-    /// Records the keyspace hash of the last check once its pass is done
-    /// (`wait`: waits for it); the leader then proposes it to the others.
-    fn finish_hash(&mut self, wait: bool) -> Result<(), String> {
-        if let Some(done) = self.hashes.finished(wait)? {
+    /// Records the keyspace hashes of the checks whose passes are done, in
+    /// order (`wait`: waits for the oldest); the leader then proposes each
+    /// to the others.
+    fn finish_hash(&mut self, mut wait: bool) -> Result<(), String> {
+        while let Some(done) = self.hashes.finished(wait)? {
+            wait = false;
             if let Some(expect) = self.hashes.record(done, &self.status) {
                 let (reply, _) = tokio::sync::oneshot::channel();
                 let _ = self.raft.send(LoopMsg::ProposeSystem { data: expect.encode(), reply });
@@ -510,8 +512,11 @@ impl ApplyWorker {
         self.publish_addresses(records.addresses);
         if let Some(index) = hash_at {
             // The view of exactly this index, hashed while applies go on.
-            self.finish_hash(true)?;
-            self.hashes.start(index, self.storage.consistent_reader());
+            while self.hashes.full() {
+                self.finish_hash(true)?;
+            }
+            let leading = self.status.lock().role == wasmraft_raft::Role::Leader;
+            self.hashes.start(index, self.storage.consistent_reader(), leading);
             self.finish_hash(false)?;
         }
 

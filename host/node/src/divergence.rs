@@ -16,20 +16,24 @@
 //! deterministic simulation hashes in place instead, see
 //! [`HashChecks::in_background`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use wasmraft_storage::{StateReader, StorageError};
+use wasmraft_storage::StateReader;
 
 use crate::node::NodeStatus;
 use crate::system::SystemCommand;
 
 /// Hashes kept for comparison with the leader's.
 const KEEP: usize = 64;
+
+/// Passes at most running at once: another check waits for the oldest
+/// (checks come every `hash_check_entries` at most, or from an operator).
+const MAX_PASSES: usize = 4;
 
 /// A finished hash pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,16 +42,27 @@ pub(crate) struct Hashed {
     pub hash: [u8; 32],
     pub records: u64,
     pub took: Duration,
+    /// Whether this node led when the check entry applied: only then does
+    /// it tell the others its hash (a pass may outlast a leader change, and
+    /// the next leader must not tell them a second time).
+    pub leading: bool,
 }
 
-/// The pass of the latest check, until its hash is recorded.
+/// A check's pass, until its hash is recorded.
 enum Pass {
     /// On its own thread; `stop` ends it early.
-    Running { index: u64, started: Instant, stop: Arc<AtomicBool>, thread: JoinHandle<PassResult> },
+    Running { index: u64, stop: Arc<AtomicBool>, thread: JoinHandle<Result<Hashed, String>> },
     Done(Result<Hashed, String>),
 }
 
-type PassResult = Result<Option<([u8; 32], u64)>, StorageError>;
+impl Pass {
+    fn index(&self) -> Option<u64> {
+        match self {
+            Pass::Running { index, .. } => Some(*index),
+            Pass::Done(done) => done.as_ref().ok().map(|h| h.index),
+        }
+    }
+}
 /// A node's latest keyspace hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HashCheck {
@@ -73,7 +88,8 @@ pub(crate) struct HashChecks {
     /// The leader's hashes that arrived before this node's own at their
     /// index was done.
     early: BTreeMap<u64, [u8; 32]>,
-    pass: Option<Pass>,
+    /// Passes not recorded yet, oldest first.
+    passes: VecDeque<Pass>,
     /// Whether passes run on a thread of their own.
     background: bool,
 }
@@ -88,7 +104,7 @@ impl HashChecks {
             next_due: applied.saturating_add(every),
             own: BTreeMap::new(),
             early: BTreeMap::new(),
-            pass: None,
+            passes: VecDeque::new(),
             background: false,
         }
     }
@@ -100,45 +116,62 @@ impl HashChecks {
 
     /// Whether a pass runs on its own thread now.
     pub fn running(&self) -> bool {
-        matches!(self.pass, Some(Pass::Running { .. }))
+        self.passes.iter().any(|p| matches!(p, Pass::Running { .. }))
+    }
+
+    /// Whether another pass must wait for the oldest to finish.
+    pub fn full(&self) -> bool {
+        self.passes.len() >= MAX_PASSES
     }
 
     /// Hashes `reader`, a consistent view taken right after the check entry
-    /// at `index` applied: in place, or on a thread of its own. Its result
-    /// comes from [`finished`](Self::finished). A pass still running must
-    /// have been finished first.
-    pub fn start(&mut self, index: u64, reader: StateReader) {
-        debug_assert!(self.pass.is_none(), "the last pass was not finished");
-        let started = Instant::now();
+    /// at `index` applied (`leading`: on the leader): in place, or on a
+    /// thread of its own. Its result comes from [`finished`](Self::finished).
+    pub fn start(&mut self, index: u64, reader: StateReader, leading: bool) {
+        let pass = move |go_on: &dyn Fn() -> bool| {
+            let started = Instant::now();
+            match reader.keyspace_hash(go_on) {
+                Ok(Some((hash, records))) => Ok(Hashed { index, hash, records, took: started.elapsed(), leading }),
+                Ok(None) => Err("the keyspace hash stopped before its end".to_string()),
+                Err(e) => Err(format!("hashing the keyspace: {e}")),
+            }
+        };
         if !self.background {
-            let result = reader.keyspace_hash(&|| true);
-            self.pass = Some(Pass::Done(outcome(index, started, result)));
+            self.passes.push_back(Pass::Done(pass(&|| true)));
             return;
         }
         let stop = Arc::new(AtomicBool::new(false));
         let go_on = stop.clone();
-        let spawned = std::thread::Builder::new()
-            .name("keyspace-hash".into())
-            .spawn(move || reader.keyspace_hash(&|| !go_on.load(Ordering::Relaxed)));
-        self.pass = Some(match spawned {
-            Ok(thread) => Pass::Running { index, started, stop, thread },
-            Err(e) => Pass::Done(Err(format!("cannot start a thread to hash the keyspace: {e}"))),
+        let pass = Arc::new(Mutex::new(Some(pass)));
+        let on_thread = pass.clone();
+        let spawned = std::thread::Builder::new().name("keyspace-hash".into()).spawn(move || {
+            let pass = on_thread.lock().take().expect("taken once");
+            pass(&|| !go_on.load(Ordering::Relaxed))
+        });
+        self.passes.push_back(match spawned {
+            Ok(thread) => Pass::Running { index, stop, thread },
+            Err(e) => {
+                // Slower, but the check is not lost.
+                tracing::warn!(error = %e, "cannot start a thread to hash the keyspace; hashing in place");
+                let pass = pass.lock().take().expect("the thread never ran");
+                Pass::Done(pass(&|| true))
+            }
         });
     }
 
-    /// The hash of the last pass once it is done (`wait`: waits for it);
+    /// The hash of the oldest pass once it is done (`wait`: waits for it);
     /// an error if it failed, which the node cannot go on from.
     pub fn finished(&mut self, wait: bool) -> Result<Option<Hashed>, String> {
-        match self.pass.take() {
+        match self.passes.pop_front() {
             None => Ok(None),
             Some(Pass::Done(result)) => result.map(Some),
-            Some(Pass::Running { index, started, stop, thread }) => {
+            Some(Pass::Running { index, stop, thread }) => {
                 if !wait && !thread.is_finished() {
-                    self.pass = Some(Pass::Running { index, started, stop, thread });
+                    self.passes.push_front(Pass::Running { index, stop, thread });
                     return Ok(None);
                 }
                 match thread.join() {
-                    Ok(result) => outcome(index, started, result).map(Some),
+                    Ok(result) => result.map(Some),
                     Err(_) => Err("the thread hashing the keyspace panicked".into()),
                 }
             }
@@ -146,9 +179,9 @@ impl HashChecks {
     }
 
     /// Whether a periodic check is due (proposed by the leader only). Not
-    /// while the last pass runs: its size sets when the next is due.
+    /// while a pass is unrecorded: its size sets when the next is due.
     pub fn due(&mut self, applied: u64, is_leader: bool) -> bool {
-        if self.every == 0 || applied < self.next_due || self.running() {
+        if self.every == 0 || applied < self.next_due || !self.passes.is_empty() {
             return false;
         }
         self.next_due = applied + self.every;
@@ -158,7 +191,7 @@ impl HashChecks {
     /// Records this node's hash of a finished pass; on the leader, returns
     /// the entry that tells the others.
     pub fn record(&mut self, done: Hashed, status: &Mutex<NodeStatus>) -> Option<SystemCommand> {
-        let Hashed { index, hash, records, took } = done;
+        let Hashed { index, hash, records, took, leading } = done;
         self.schedule(index, records);
         self.own.insert(index, hash);
         while self.own.len() > KEEP {
@@ -176,7 +209,9 @@ impl HashChecks {
         if let Some(leader) = self.early.remove(&index) {
             self.compare(index, &leader, status);
         }
-        (status.lock().role == wasmraft_raft::Role::Leader).then_some(SystemCommand::ExpectHash { index, hash })
+        // Still leading: a proposal of a node that no longer leads fails.
+        (leading && status.lock().role == wasmraft_raft::Role::Leader)
+            .then_some(SystemCommand::ExpectHash { index, hash })
     }
 
     /// After a check at `index` over `records` records: the next one is
@@ -191,7 +226,7 @@ impl HashChecks {
     /// Compares the leader's hash at `index` with this node's.
     pub fn compare(&mut self, index: u64, leader: &[u8; 32], status: &Mutex<NodeStatus>) {
         let Some(own) = self.own.get(&index) else {
-            if matches!(&self.pass, Some(Pass::Running { index: at, .. }) if *at == index) {
+            if self.passes.iter().any(|p| p.index() == Some(index)) {
                 // Compared when this node's own pass is done.
                 self.early.insert(index, *leader);
                 while self.early.len() > KEEP {
@@ -222,20 +257,22 @@ impl HashChecks {
 }
 
 impl Drop for HashChecks {
-    /// A pass still running stops within a few thousand records.
+    /// Passes still running stop within a few thousand records.
     fn drop(&mut self) {
-        if let Some(Pass::Running { stop, thread, .. }) = self.pass.take() {
+        let running: Vec<_> = self
+            .passes
+            .drain(..)
+            .filter_map(|p| match p {
+                Pass::Running { stop, thread, .. } => Some((stop, thread)),
+                Pass::Done(_) => None,
+            })
+            .collect();
+        for (stop, _) in &running {
             stop.store(true, Ordering::Relaxed);
+        }
+        for (_, thread) in running {
             let _ = thread.join();
         }
-    }
-}
-
-fn outcome(index: u64, started: Instant, result: PassResult) -> Result<Hashed, String> {
-    match result {
-        Ok(Some((hash, records))) => Ok(Hashed { index, hash, records, took: started.elapsed() }),
-        Ok(None) => Err("the keyspace hash stopped before its end".into()),
-        Err(e) => Err(format!("hashing the keyspace: {e}")),
     }
 }
 
@@ -302,7 +339,7 @@ mod tests {
             let status = status(role);
             let mut checks = HashChecks::new(100, 4, 0);
             checks.in_background();
-            checks.start(1, storage.consistent_reader());
+            checks.start(1, storage.consistent_reader(), role == wasmraft_raft::Role::Leader);
             let later = [wasmraft_storage::StateWrite { key: b"later", value: Some(b"v") }];
             storage.apply(wasmraft_raft::LogId::new(1, 2), later, []).unwrap();
             // Running until its result is taken, whether or not its thread ended.
@@ -314,6 +351,7 @@ mod tests {
 
             let done = checks.finished(true).unwrap().unwrap();
             assert_eq!((done.index, done.hash, done.records), (1, hash, records));
+            assert_eq!(done.leading, role == wasmraft_raft::Role::Leader);
             assert!(!checks.running());
             let expect = checks.record(done, &status);
             let st = status.lock();
@@ -323,13 +361,49 @@ mod tests {
         }
     }
 
+    /// Checks that come while earlier passes run each hash their own
+    /// index, and are recorded in order; only a node that led when the
+    /// check applied, and still leads, tells the others.
+    #[test]
+    fn overlapping_passes_are_recorded_in_order_and_told_by_the_leader_of_their_check() {
+        use wasmraft_raft::Role;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = store(dir.path());
+        let status = status(Role::Follower);
+        let mut checks = HashChecks::new(100, 4, 0);
+        checks.in_background();
+        let mut expected = Vec::new();
+        for index in 1..=MAX_PASSES as u64 {
+            expected.push(storage.state_hash().unwrap());
+            checks.start(index, storage.consistent_reader(), index % 2 == 0);
+            let key = format!("after {index}").into_bytes();
+            let write = [wasmraft_storage::StateWrite { key: &key, value: Some(b"v") }];
+            storage.apply(wasmraft_raft::LogId::new(1, index + 1), write, []).unwrap();
+        }
+        assert!(checks.full());
+        // Leading by the time the passes end: only those checked as leader tell.
+        status.lock().role = Role::Leader;
+        for (at, hash) in (1..).zip(&expected) {
+            let done = checks.finished(true).unwrap().unwrap();
+            assert_eq!((done.index, done.hash, done.leading), (at, *hash, at % 2 == 0));
+            assert_eq!(checks.record(done, &status).is_some(), done.leading, "check at {at}");
+        }
+        assert!(!checks.full());
+        assert_eq!(checks.finished(true).unwrap(), None);
+        // Led at the check, no longer at its end: tells nobody.
+        checks.start(9, storage.consistent_reader(), true);
+        status.lock().role = Role::Follower;
+        let done = checks.finished(true).unwrap().unwrap();
+        assert!(checks.record(done, &status).is_none());
+    }
+
     /// In place (the simulation), the pass is done when `start` returns.
     #[test]
     fn a_pass_in_place_is_done_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let storage = store(dir.path());
         let mut checks = HashChecks::new(100, 4, 0);
-        checks.start(1, storage.consistent_reader());
+        checks.start(1, storage.consistent_reader(), false);
         assert!(!checks.running());
         let done = checks.finished(false).unwrap().unwrap();
         assert_eq!(done.hash, storage.state_hash().unwrap());
