@@ -186,10 +186,19 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
     crate::run::shutdown_signal().await;
     let _ = stop_tx.send(true);
+    // Together: each node's drain waits up to its bound for the others'
+    // Raft streams, which close only as those nodes stop.
+    let mut stopping = tokio::task::JoinSet::new();
     for s in served {
-        s.stop().await?;
+        stopping.spawn(s.stop());
     }
-    Ok(())
+    let mut result = Ok(());
+    while let Some(stopped) = stopping.join_next().await {
+        if let Err(e) = stopped.map_err(anyhow::Error::from).and_then(|r| r) {
+            result = result.and(Err(e));
+        }
+    }
+    result
 }
 
 /// The certificates of a dev cluster: made once per data directory, found

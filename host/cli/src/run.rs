@@ -117,10 +117,11 @@ pub struct Served {
 }
 
 impl Served {
-    /// Lets the server drain for a moment, then stops the node. The drain
-    /// is bounded: peers keep their Raft streams to this node open (they are
-    /// running, or draining too), so waiting for every connection to close
-    /// would never end.
+    /// Lets the client requests in flight finish, then stops the node. The
+    /// server task ends once the client side has drained (the peer side
+    /// serves Raft traffic meanwhile; its streams close only as the peers
+    /// stop). The drain is bounded: a client's watch stream never ends by
+    /// itself.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let result =
             match tokio::time::timeout(std::time::Duration::from_secs(2), &mut self.server).await {

@@ -170,16 +170,17 @@ pub async fn serve(
                 tls.client_server().expect("validated"),
                 tls.peer_server().expect("validated"),
             );
-            tokio::try_join!(
+            until_clients_drained(
                 client_router.serve_with_incoming_shutdown(
                     tls::incoming(client, client_tls, false),
-                    stop(shutdown.clone())
+                    stop(shutdown.clone()),
                 ),
                 peer_router.serve_with_incoming_shutdown(
                     tls::incoming(peer, peer_tls, true),
-                    stop(shutdown)
+                    stop(shutdown),
                 ),
-            )?;
+            )
+            .await?;
         }
         None => {
             // `Server::tcp_nodelay` does not apply to an incoming stream we
@@ -187,11 +188,29 @@ pub async fn serve(
             // response ~40 ms.
             let nodelay =
                 |l| tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
-            tokio::try_join!(
+            until_clients_drained(
                 client_router.serve_with_incoming_shutdown(nodelay(client), stop(shutdown.clone())),
                 peer_router.serve_with_incoming_shutdown(nodelay(peer), stop(shutdown)),
-            )?;
+            )
+            .await?;
         }
     }
     Ok(())
+}
+
+/// Runs both servers until the client side has drained after shutdown:
+/// its requests in flight finish while the peer side still carries their
+/// Raft traffic, whose streams stay open for as long as the peers run.
+async fn until_clients_drained<E>(
+    client: impl std::future::Future<Output = Result<(), E>>,
+    peer: impl std::future::Future<Output = Result<(), E>>,
+) -> Result<(), E> {
+    tokio::pin!(client, peer);
+    tokio::select! {
+        drained = &mut client => drained,
+        peer_done = &mut peer => {
+            peer_done?;
+            client.await
+        }
+    }
 }
