@@ -36,14 +36,15 @@ pub struct DevArgs {
     pub tls: bool,
 }
 
-pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    let temp;
+/// Runs the cluster until Ctrl-C or SIGTERM. Returns the temporary data
+/// directory, if it made one, for the caller to remove once the runtime has
+/// stopped: tasks that end with the runtime still hold the nodes' storage,
+/// and removing the directory under an open RocksDB left most of it behind.
+pub async fn dev(args: DevArgs) -> anyhow::Result<Option<tempfile::TempDir>> {
+    let mut temp = None;
     let data_dir = match &args.data_dir {
         Some(d) => d.clone(),
-        None => {
-            temp = tempfile::Builder::new().prefix("wasmraft-dev-").tempdir()?;
-            temp.path().to_path_buf()
-        }
+        None => temp.insert(tempfile::Builder::new().prefix("wasmraft-dev-").tempdir()?).path().to_path_buf(),
     };
     let plugin = match &args.plugin {
         Some(p) => {
@@ -186,8 +187,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
     crate::run::shutdown_signal().await;
     let _ = stop_tx.send(true);
-    // Together: each node's drain waits up to its bound for the others'
-    // Raft streams, which close only as those nodes stop.
+    // Together: no node waits for another's drain.
     let mut stopping = tokio::task::JoinSet::new();
     for s in served {
         stopping.spawn(s.stop());
@@ -198,7 +198,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             result = result.and(Err(e));
         }
     }
-    result
+    result.map(|()| temp)
 }
 
 /// The certificates of a dev cluster: made once per data directory, found

@@ -166,10 +166,11 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    let mut dev_dir = None;
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(a) => run::run(a).await,
-            Command::Dev(a) => dev::dev(a).await,
+            Command::Dev(a) => dev::dev(a).await.map(|dir| dev_dir = dir),
             Command::Put(a) => client_cmds::put(a).await,
             Command::Get(a) => client_cmds::get(a).await,
             Command::Del(a) => client_cmds::del(a).await,
@@ -189,6 +190,10 @@ fn main() -> std::process::ExitCode {
             Command::Snapshot(c) => snapshot_cmds::run(c),
         }
     });
+    // Tasks that still hold a node's storage end with the runtime; only then
+    // may `wasmraft dev` remove its temporary data directory.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    drop(dev_dir);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if !server && is_closed_output(&e) => std::process::ExitCode::SUCCESS,

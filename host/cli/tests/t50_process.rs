@@ -20,6 +20,8 @@ struct DevNode {
     peers: String,
     /// The `try:` hint it printed.
     hint: String,
+    /// The data directory it printed.
+    data: String,
 }
 
 impl DevNode {
@@ -34,6 +36,7 @@ impl DevNode {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut endpoint = String::new();
         let mut peers = String::new();
+        let mut data = String::new();
         let hint = loop {
             assert!(Instant::now() < deadline, "wasmraft dev did not become ready");
             let line = lines.next().expect("wasmraft dev exited before it was ready").unwrap();
@@ -43,13 +46,16 @@ impl DevNode {
             if let Some(addrs) = line.trim().strip_prefix("peers:") {
                 peers = addrs.trim().to_string();
             }
+            if let Some(dir) = line.trim().strip_prefix("data:") {
+                data = dir.trim().to_string();
+            }
             if let Some(hint) = line.trim().strip_prefix("try:") {
                 break hint.trim().to_string();
             }
         };
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        DevNode { child, endpoint, peers, hint }
+        DevNode { child, endpoint, peers, hint, data }
     }
 
     fn kill9(mut self) {
@@ -194,6 +200,31 @@ fn sigterm_stops_the_nodes_promptly() {
     drop(node);
     let node = DevNode::start(dir.path());
     assert_eq!(stdout(&node.cli(&["get", "a"])), "1\n");
+}
+
+/// Without `--data-dir`, a dev cluster keeps its state in a temporary
+/// directory, removed when it is stopped with Ctrl-C or SIGTERM (removed
+/// while the nodes' RocksDB was still open, most of it stayed behind).
+#[test]
+fn a_stopped_dev_cluster_removes_its_temporary_directory() {
+    for signal in ["-INT", "-TERM"] {
+        let mut node = DevNode::spawn(Command::new(BIN).args(["dev", "--listen", "127.0.0.1:0"]));
+        let dir = std::path::PathBuf::from(&node.data);
+        assert!(dir.join("node-1").is_dir(), "data: {}", dir.display());
+        stdout(&node.cli(&["put", "a", "1"]));
+        let pid = node.child.id().to_string();
+        assert!(Command::new("kill").args([signal, &pid]).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = node.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status} after {signal}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "wasmraft dev did not exit after {signal}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!dir.exists(), "{} left behind after {signal}", dir.display());
+    }
 }
 
 #[test]
