@@ -104,7 +104,9 @@ fn guest_cargo_function() -> String {
     }
 }
 
-/// A server a document line starts, killed when dropped.
+/// A server a document line starts, stopped when dropped as a reader
+/// would stop it (Ctrl-C), so that a `wasmraft dev` removes its temporary
+/// data directory; killed if it does not exit within 10 s.
 struct Server(Child);
 
 impl Server {
@@ -130,6 +132,11 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.0.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
