@@ -124,28 +124,16 @@ impl QuickStart {
     /// stayed behind after every run of this test).
     fn stop(mut self) {
         let data = self.data.lock().unwrap().clone().expect("wasmraft dev printed its data directory");
-        let status = self.interrupt().expect("wasmraft dev exits within 10 s of Ctrl-C");
+        let status = cluster::interrupt(&mut self.child, Duration::from_secs(10))
+            .expect("wasmraft dev exits within 10 s of Ctrl-C");
         assert!(status.success(), "exit status {status}");
         assert!(!Path::new(&data).exists(), "{data} left behind");
-    }
-
-    /// Sends SIGINT and waits up to 10 s for the exit.
-    fn interrupt(&mut self) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
     }
 }
 
 impl Drop for QuickStart {
     fn drop(&mut self) {
-        if self.child.try_wait().unwrap().is_none() && self.interrupt().is_none() {
+        if self.child.try_wait().unwrap().is_none() && cluster::interrupt(&mut self.child, Duration::from_secs(10)).is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }

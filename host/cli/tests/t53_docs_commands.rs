@@ -132,13 +132,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.0.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
+        if cluster::interrupt(&mut self.0, Duration::from_secs(10)).is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -49,6 +49,22 @@ impl Drop for ChildGuard {
 /// The tests share two cores; one cluster at a time keeps elections honest.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Sends `child` SIGINT, as Ctrl-C would, and waits up to `within` for
+/// it to exit; `None` if it is still running.
+pub fn interrupt(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
