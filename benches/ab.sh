@@ -10,7 +10,7 @@
 #
 # Needs etcd's tools via ../shared/tools (or ETCD_TOOLS). Both fsync before
 # acknowledging. A binary of an older commit: `git worktree` or build it,
-# copy target/debug/wasmraft aside, and come back.
+# copy target/release/wasmraft aside, and come back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 2 ] || { echo "usage: benches/ab.sh OLD_BIN NEW_BIN" >&2; exit 2; }

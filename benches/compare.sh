@@ -17,7 +17,7 @@
 # virtualenv under ~/.cache/wasmraft-tools that the first run creates with
 # pip). REPORT_DIR defaults to OUT_DIR/report.
 #
-# Needs: target/debug/wasmraft and wasmraft-bench (cargo build --workspace),
+# Needs: target/release/wasmraft and wasmraft-bench (cargo build --release --workspace),
 # and etcd's tools via ../shared/tools (etcd-cluster.sh installs them), or
 # ETCD_TOOLS pointing at that directory. Both systems fsync before acking.
 set -euo pipefail

@@ -11,7 +11,7 @@
 #   SYSTEMS=wasmraft benches/keepalive.sh           # without etcd
 #
 # Needs the binaries: WASMRAFT_BIN (default target/release/wasmraft) and
-# WASMRAFT_BENCH (default target/debug/wasmraft-bench), and etcd's tools via
+# WASMRAFT_BENCH (default target/release/wasmraft-bench), and etcd's tools via
 # ../shared/tools (etcd-cluster.sh installs them) or ETCD_TOOLS.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,7 +12,7 @@
 #   DIMENSIONS=state STATE_KEYS=200000 benches/scaling.sh
 #
 # Needs WASMRAFT_BIN (default target/release/wasmraft) and WASMRAFT_BENCH
-# (default target/debug/wasmraft-bench).
+# (default target/release/wasmraft-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/release/wasmraft}

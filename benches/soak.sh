@@ -14,9 +14,9 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-600}
 KILL_EVERY=${KILL_EVERY:-60}
 target=${CARGO_TARGET_DIR:-target}
-bin=$target/debug/wasmraft
-bench=$target/debug/wasmraft-bench
-[ -x "$bin" ] && [ -x "$bench" ] || cargo build --locked --bin wasmraft --bin wasmraft-bench
+bin=$target/release/wasmraft
+bench=$target/release/wasmraft-bench
+[ -x "$bin" ] && [ -x "$bench" ] || cargo build --locked --release --bin wasmraft --bin wasmraft-bench
 dir=$(mktemp -d -t wasmraft-soak-XXXX)
 endpoints=127.0.0.1:7579,127.0.0.1:7580,127.0.0.1:7581
 for i in 1 2 3; do

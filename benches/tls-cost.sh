@@ -7,7 +7,7 @@
 #   benches/tls-cost.sh                  # defaults below
 #   TOTAL=20000 ROUNDS=3 benches/tls-cost.sh
 #
-# Needs target/debug/wasmraft and wasmraft-bench (cargo build --workspace).
+# Needs target/release/wasmraft and wasmraft-bench (cargo build --release --workspace).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOTAL=${TOTAL:-10000}

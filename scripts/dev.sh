@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --no-etcdctl >/dev/null
-cargo build --locked --bin wasmraft
-exec "${CARGO_TARGET_DIR:-target}/debug/wasmraft" dev "$@"
+cargo build --locked --release --bin wasmraft
+exec "${CARGO_TARGET_DIR:-target}/release/wasmraft" dev "$@"

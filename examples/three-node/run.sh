@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/wasmraft}
-[ -x "$bin" ] || cargo build --locked --bin wasmraft
+[ -x "$bin" ] || cargo build --locked --release --bin wasmraft
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' INT TERM EXIT
 for i in 1 2 3; do

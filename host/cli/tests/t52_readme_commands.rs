@@ -1,7 +1,7 @@
 //! The README's walkthroughs run as written, against the quick start's
 //! cluster: `wasmraft dev` on its default ports, as `./scripts/dev.sh`
 //! starts it. Each command of a block runs in a shell from the repository's
-//! root, with `target/debug/wasmraft` standing for the binary under test
+//! root, with `target/release/wasmraft` standing for the binary under test
 //! and `etcdctl` for the pinned one the test setup builds. A command must
 //! succeed; where its comment is one word (`# OK`, `# 1 (keys deleted)`),
 //! that word is its output; a `watch` must still be watching a second
@@ -38,7 +38,7 @@ fn root() -> &'static Path {
 fn run(line: &str) {
     let (command, comment) = split_comment(line);
     let etcdctl = cluster::etcdctl::etcdctl_path();
-    let shell = command.replace("target/debug/wasmraft", BIN);
+    let shell = command.replace("target/release/wasmraft", BIN);
     let shell = match shell.strip_prefix("etcdctl ") {
         Some(rest) => format!("{} {rest}", etcdctl.display()),
         None => shell,
@@ -84,7 +84,7 @@ impl QuickStart {
     fn start() -> QuickStart {
         // The quick start's script ends by starting the cluster this way.
         let script = std::fs::read_to_string(root().join("scripts/dev.sh")).unwrap();
-        assert!(script.trim_end().ends_with("/debug/wasmraft\" dev \"$@\""), "scripts/dev.sh changed:\n{script}");
+        assert!(script.trim_end().ends_with("/release/wasmraft\" dev \"$@\""), "scripts/dev.sh changed:\n{script}");
         QuickStart::start_with(&["dev"])
     }
 
@@ -189,7 +189,7 @@ fn the_counter_plugin_walkthrough_runs_as_written() {
     let test_sh = std::fs::read_to_string(root().join("scripts/test.sh")).unwrap();
     assert!(test_sh.lines().any(|l| l.trim() == block[0]), "scripts/test.sh does not run {:?}", block[0]);
     let (dev, _) = split_comment(&block[1]);
-    assert!(dev.starts_with("target/debug/wasmraft dev --plugin "), "{dev}");
+    assert!(dev.starts_with("target/release/wasmraft dev --plugin "), "{dev}");
     let args: Vec<&str> = dev.split_whitespace().skip(1).collect();
     let _cluster = QuickStart::start_with(&args);
     for line in &block[2..] {
@@ -205,7 +205,7 @@ impl Server {
     fn start(line: &str, dir: &Path) -> Server {
         use std::os::unix::process::CommandExt;
         let (command, _) = split_comment(line);
-        let shell = command.replace("target/debug/wasmraft", BIN);
+        let shell = command.replace("target/release/wasmraft", BIN);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("servers.log")).unwrap();
         let child = Command::new("sh")
             .args(["-c", &format!("exec {shell}")])
@@ -277,13 +277,13 @@ fn the_config_file_walkthrough_runs_as_written() {
         assert!(runs[0].contains("examples/single-node.toml"), "{runs:?}");
         let _node = Server::start(&runs[0], dir.path());
         wait_for_leader("127.0.0.1:7379", dir.path());
-        run("target/debug/wasmraft put a 1  # OK");
-        run("target/debug/wasmraft get a  # 1");
+        run("target/release/wasmraft put a 1  # OK");
+        run("target/release/wasmraft get a  # 1");
     }
     assert!(runs[1].starts_with("examples/three-node/run.sh"), "{runs:?}");
     let _three = Server::start(&runs[1], dir.path());
     wait_for_leader("127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381", dir.path());
-    run("target/debug/wasmraft put b 2  # OK");
+    run("target/release/wasmraft put b 2  # OK");
 
     // A fourth node, started with `join = true` and a [peers] table with the
     // members and itself, joins by the README's membership commands.
@@ -292,7 +292,7 @@ fn the_config_file_walkthrough_runs_as_written() {
         "id = 4\ndata_dir = \"wasmraft-data/three-node/node-4\"\nlisten = \"127.0.0.1:7382\"\njoin = true\n\n[peers]\n{peers}"
     );
     std::fs::write(dir.path().join("node4.toml"), config).unwrap();
-    let _fourth = Server::start("target/debug/wasmraft run --config node4.toml", dir.path());
+    let _fourth = Server::start("target/release/wasmraft run --config node4.toml", dir.path());
     let membership = block_after(&readme, "then, giving its peer\naddress:");
     assert_eq!(membership.len(), 4, "{membership:?}");
     for line in &membership {
