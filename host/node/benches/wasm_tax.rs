@@ -7,7 +7,7 @@
 //! for reference). Before measuring, both state machines apply the same
 //! entries and must produce identical outcomes, writes and events.
 //!
-//! `cargo bench --workspace --profile dev --bench wasm_tax`
+//! `cargo bench --workspace --bench wasm_tax`
 
 mod native_kv;
 

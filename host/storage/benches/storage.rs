@@ -3,7 +3,7 @@
 //! reading a filled keyspace: the keyspace hash replicas compare, and a
 //! query's range of 10 keys.
 //!
-//! `cargo bench --workspace --profile dev --bench storage` (with `-p`, cargo
+//! `cargo bench --workspace --bench storage` (with `-p`, cargo
 //! resolves other features and rebuilds RocksDB first)
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
