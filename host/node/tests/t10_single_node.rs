@@ -8,8 +8,10 @@ use wasmraft_proto::etcdserverpb::{
     PutRequest, RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response,
 };
 
+/// The node's data in `dir/node`: its plugin cache and snapshot
+/// directories are made beside it, inside the test's temporary directory.
 fn config(dir: &std::path::Path) -> NodeConfig {
-    NodeConfig { data_dir: dir.to_path_buf(), tick_interval: Duration::from_millis(10), ..NodeConfig::default() }
+    NodeConfig { data_dir: dir.join("node"), tick_interval: Duration::from_millis(10), ..NodeConfig::default() }
 }
 
 async fn start(dir: &std::path::Path) -> Node {

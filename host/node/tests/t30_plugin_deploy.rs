@@ -165,7 +165,7 @@ async fn a_deploy_whose_migration_refuses_changes_nothing_on_any_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_query_does_not_hold_up_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = NodeConfig { data_dir: dir.path().to_path_buf(), ..NodeConfig::default() };
+    let mut config = NodeConfig { data_dir: dir.path().join("node"), ..NodeConfig::default() };
     fast(&mut config);
     // Enough fuel for the `loop` query to run for seconds.
     config.plugin.fuel_per_entry = 5_000_000_000;

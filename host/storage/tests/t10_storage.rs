@@ -8,8 +8,10 @@ fn entry(term: u64, index: u64, data: &str) -> Entry {
     Entry { log_id: LogId::new(term, index), payload: EntryPayload::Normal(data.as_bytes().to_vec()) }
 }
 
+/// The store in `dir/db`: its snapshot and staging directories are made
+/// beside it, inside the test's temporary directory.
 fn open(dir: &std::path::Path) -> Storage {
-    Storage::open(dir, 1, StorageOptions::default()).unwrap()
+    Storage::open(&dir.join("db"), 1, StorageOptions::default()).unwrap()
 }
 
 #[test]
@@ -111,7 +113,7 @@ fn scans_respect_bounds_and_direction() {
 fn a_directory_of_another_node_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     drop(open(dir.path()));
-    let err = Storage::open(dir.path(), 2, StorageOptions::default()).unwrap_err();
+    let err = Storage::open(&dir.path().join("db"), 2, StorageOptions::default()).unwrap_err();
     assert!(matches!(err, StorageError::Incompatible(ref m) if m.contains("node 1, not node 2")), "{err}");
 }
 
@@ -125,7 +127,7 @@ fn a_corrupt_log_record_is_reported_not_used() {
     // Damage entry `index` behind the store's back.
     let damage = |index: u64| {
         let cfs = ["log", "raft", "state", "meta"];
-        let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), dir.path(), cfs).unwrap();
+        let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), dir.path().join("db"), cfs).unwrap();
         let log = db.cf_handle("log").unwrap();
         let mut bytes = db.get_cf(log, index.to_be_bytes()).unwrap().unwrap();
         let last = bytes.len() - 1;
@@ -140,7 +142,7 @@ fn a_corrupt_log_record_is_reported_not_used() {
     // The last entry is read at open (its term): a damaged one stops the
     // open instead of giving the core a wrong last term.
     damage(3);
-    let err = Storage::open(dir.path(), 1, StorageOptions::default()).unwrap_err();
+    let err = Storage::open(&dir.path().join("db"), 1, StorageOptions::default()).unwrap_err();
     assert!(err.to_string().contains("corrupt log entry record at index 3: checksum mismatch"), "{err}");
 }
 

@@ -193,11 +193,14 @@ macro_rules! trace {
     };
 }
 
-/// Compiled plugins, shared by every node of every seed in this process.
+/// Compiled plugins, shared by every node of every seed, and by every test
+/// process: one directory that outlives them (nothing would remove one per
+/// process). Entries are written whole and renamed, and a damaged one is
+/// recompiled (`wasmraft_runtime` checks its digest).
 fn plugin_cache() -> &'static PathBuf {
     static CACHE: OnceLock<PathBuf> = OnceLock::new();
     CACHE.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("wasmraft-driver-sim-cache-{}", std::process::id()));
+        let dir = std::env::temp_dir().join("wasmraft-driver-sim-cache");
         std::fs::create_dir_all(&dir).expect("create the plugin cache");
         dir
     })
