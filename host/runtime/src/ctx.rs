@@ -6,6 +6,7 @@ use wasmtime::ResourceLimiter;
 
 use crate::bindings::v1::wasmraft::plugin::{log, store, types};
 use crate::bindings::v2::wasmraft::plugin as v2;
+use crate::engine::InstanceSlot;
 use crate::overlay::Overlay;
 use crate::timer::{TIMER_KEY, TimerRecord, in_range};
 use crate::wasi::{EntryEnv, WasiState};
@@ -52,10 +53,12 @@ pub(crate) struct PluginCtx {
     pub env: Arc<EntryEnv>,
     /// WASI state, for plugins that import WASI.
     pub wasi: Option<WasiState>,
+    /// This instance's place in the engine's pool.
+    _slot: InstanceSlot,
 }
 
 impl PluginCtx {
-    pub fn new(plugin: Arc<str>, config: &crate::PluginConfig, read_only: bool, wasi: bool) -> Self {
+    pub fn new(plugin: Arc<str>, config: &crate::PluginConfig, read_only: bool, wasi: bool, slot: InstanceSlot) -> Self {
         let env = Arc::new(EntryEnv::default());
         Self {
             wasi: wasi.then(|| WasiState::new(plugin.clone(), env.clone())),
@@ -68,6 +71,7 @@ impl PluginCtx {
             limiter: Limiter { memory_limit: config.memory_limit_bytes },
             max_key: config.max_key_bytes,
             max_value: config.max_value_bytes,
+            _slot: slot,
         }
     }
 

@@ -4,6 +4,26 @@ use std::time::Duration;
 use crate::config::PluginConfig;
 use crate::error::PluginError;
 
+/// Linear memories and tables the live instances of one engine hold at
+/// most (applier, queries, a plugin being loaded); an instantiation that
+/// would pass them waits for an instance to end. A node runs a few
+/// instances per plugin, two plugins during a deploy, and one per query
+/// running at that moment; a plugin needing more than these alone is
+/// refused when it loads.
+pub(crate) const MEMORY_SLOTS: u32 = 64;
+pub(crate) const TABLE_SLOTS: u32 = 256;
+/// The most one plugin may have, as the store limiter allows (`ctx::Limiter`).
+pub(crate) const MEMORIES_PER_PLUGIN: u32 = 10;
+pub(crate) const TABLES_PER_PLUGIN: u32 = 100;
+const CORE_INSTANCES_PER_PLUGIN: u32 = 100;
+const TABLE_ELEMENTS: usize = 100_000;
+/// Bytes at the start of each linear memory that are zeroed in place when
+/// an instance ends, rather than handed back to the kernel: a plugin that
+/// keeps its stack, data and working heap in them (the KV plugin: a 64 KiB
+/// stack, `plugins/kv/build.rs`) starts each fresh instance on memory that
+/// is already mapped, with no page faults.
+const KEEP_RESIDENT_BYTES: usize = 256 << 10;
+
 /// How often the watchdog's clock advances.
 pub(crate) const WATCHDOG_TICK: Duration = Duration::from_millis(50);
 
@@ -15,6 +35,9 @@ pub(crate) const WATCHDOG_TICK: Duration = Duration::from_millis(50);
 pub struct PluginEngine {
     pub(crate) engine: wasmtime::Engine,
     pub(crate) config: Arc<PluginConfig>,
+    /// What live instances hold of the pool: its capacity is never what
+    /// fails an instantiation.
+    pub(crate) slots: Arc<InstanceSlots>,
 }
 
 impl std::fmt::Debug for PluginEngine {
@@ -43,10 +66,11 @@ impl PluginEngine {
             // platforms (wasmtime#14331), and made the fresh instance of an
             // apply call no cheaper here.
             .memory_init_cow(false)
-            .max_wasm_stack(config.max_wasm_stack_bytes);
+            .max_wasm_stack(config.max_wasm_stack_bytes)
+            .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pooling(&config)));
         let engine = wasmtime::Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         start_watchdog_clock(&engine);
-        Ok(Self { engine, config: Arc::new(config) })
+        Ok(Self { engine, config: Arc::new(config), slots: Arc::new(InstanceSlots::new(Need { memories: MEMORY_SLOTS, tables: TABLE_SLOTS })) })
     }
 
     /// The limits this engine enforces.
@@ -66,6 +90,150 @@ impl PluginEngine {
         let mut h = DefaultHasher::new();
         self.engine.precompile_compatibility_hash().hash(&mut h);
         format!("{:016x}", h.finish())
+    }
+}
+
+/// The pooling allocator: every `apply` call runs on a fresh instance
+/// (docs/plugin-platform.md, "Limits that hold the same on every replica"),
+/// and with the default allocator each one mapped, protected and unmapped
+/// its memory, then faulted its pages in again. The pool keeps memory slots
+/// mapped and resets them in place. Its bounds sit at or above the store
+/// limiter's (`ctx::Limiter`), so the limiter still decides every
+/// deterministic limit, and [`InstanceSlots`] keeps the live instances
+/// within its capacity. Each memory slot reserves address space (4 GiB plus
+/// guard pages, as every instance did before), none of it resident until used.
+fn pooling(config: &PluginConfig) -> wasmtime::PoolingAllocationConfig {
+    // Twice the slots: see `InstanceSlots`. Every instance takes at least
+    // one memory slot, so instances are bounded too.
+    let (memories, tables) = (2 * MEMORY_SLOTS, 2 * TABLE_SLOTS);
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_component_instances(memories)
+        .total_core_instances(memories * CORE_INSTANCES_PER_PLUGIN)
+        .total_memories(memories)
+        .total_tables(tables)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_PLUGIN)
+        .max_memories_per_component(MEMORIES_PER_PLUGIN)
+        .max_tables_per_component(TABLES_PER_PLUGIN)
+        .max_memories_per_module(MEMORIES_PER_PLUGIN)
+        .max_tables_per_module(TABLES_PER_PLUGIN)
+        .table_elements(TABLE_ELEMENTS)
+        // Metadata of large plugins (an interpreter's tens of thousands of
+        // functions): a bound, not a reservation.
+        .max_core_instance_size(16 << 20)
+        .max_component_instance_size(64 << 20)
+        .max_memory_size(config.memory_limit_bytes.next_multiple_of(1 << 16))
+        .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+        .table_keep_resident(16 << 10);
+    pool
+}
+
+/// What one instance of a plugin holds of the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Need {
+    pub memories: u32,
+    pub tables: u32,
+}
+
+impl Need {
+    /// What `component` holds when instantiated (at least one memory slot,
+    /// so that the slots bound instances too); the most a plugin may hold
+    /// if that cannot be told.
+    pub(crate) fn of(component: &wasmtime::component::Component) -> Need {
+        match component.resources_required() {
+            Some(r) => Need { memories: r.num_memories.max(1), tables: r.num_tables },
+            None => Need { memories: MEMORIES_PER_PLUGIN, tables: TABLES_PER_PLUGIN },
+        }
+    }
+
+    /// Why a plugin needing this can never run here, if it cannot.
+    pub(crate) fn exceeds_slots(self) -> Option<String> {
+        (self.memories > MEMORY_SLOTS || self.tables > TABLE_SLOTS).then(|| {
+            format!(
+                "the plugin needs {} linear memories and {} tables per instance; a node runs at most {MEMORY_SLOTS} and {TABLE_SLOTS} at once",
+                self.memories, self.tables
+            )
+        })
+    }
+}
+
+/// Counts the memory and table slots live instances hold. A permit lives in
+/// its store's data, which wasmtime drops just before it returns the
+/// instance's slots to the pool: the pool has twice the slots, so that
+/// instances ending and starting at the same moment never find it full.
+#[derive(Debug)]
+pub(crate) struct InstanceSlots {
+    free: parking_lot::Mutex<Need>,
+    freed: parking_lot::Condvar,
+}
+
+/// One live instance's permit; dropping it frees its slots.
+#[derive(Debug)]
+pub(crate) struct InstanceSlot {
+    slots: Arc<InstanceSlots>,
+    held: Need,
+}
+
+impl InstanceSlots {
+    fn new(capacity: Need) -> Self {
+        Self { free: parking_lot::Mutex::new(capacity), freed: parking_lot::Condvar::new() }
+    }
+
+    /// Takes `need`, waiting for instances to end if it is not free. `need`
+    /// must be within the capacity ([`Need::exceeds_slots`]).
+    pub(crate) fn take(self: &Arc<Self>, need: Need) -> InstanceSlot {
+        let mut free = self.free.lock();
+        while free.memories < need.memories || free.tables < need.tables {
+            self.freed.wait(&mut free);
+        }
+        free.memories -= need.memories;
+        free.tables -= need.tables;
+        InstanceSlot { slots: self.clone(), held: need }
+    }
+}
+
+impl Drop for InstanceSlot {
+    fn drop(&mut self) {
+        let mut free = self.slots.free.lock();
+        free.memories += self.held.memories;
+        free.tables += self.held.tables;
+        drop(free);
+        self.slots.freed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_take_past_the_free_slots_waits_until_an_instance_ends() {
+        let slots = Arc::new(InstanceSlots::new(Need { memories: 3, tables: 4 }));
+        let two = Need { memories: 2, tables: 1 };
+        let first = slots.take(two);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let slots = slots.clone();
+            std::thread::spawn(move || {
+                let second = slots.take(two);
+                tx.send(()).unwrap();
+                second
+            })
+        };
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err(), "only one memory slot is free");
+        drop(first);
+        rx.recv_timeout(Duration::from_secs(10)).expect("taken once the first ended");
+        let second = waiter.join().unwrap();
+        assert_eq!(*slots.free.lock(), Need { memories: 1, tables: 3 });
+        drop(second);
+        assert_eq!(*slots.free.lock(), Need { memories: 3, tables: 4 });
+    }
+
+    #[test]
+    fn a_plugin_needing_more_than_a_node_runs_is_told_so() {
+        assert_eq!(Need { memories: 1, tables: 2 }.exceeds_slots(), None);
+        let many = Need { memories: MEMORY_SLOTS + 1, tables: 0 }.exceeds_slots().unwrap();
+        assert!(many.contains("linear memories"), "{many}");
     }
 }
 

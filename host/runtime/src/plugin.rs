@@ -9,7 +9,7 @@ use wasmtime::component::{Component, ComponentExportIndex, Instance, Linker};
 use crate::cache::CompiledCache;
 use crate::contract::{Bound, Pre};
 use crate::ctx::{CallFailure, PluginCtx, classify};
-use crate::engine::PluginEngine;
+use crate::engine::{Need, PluginEngine};
 use crate::error::PluginError;
 
 /// What a loaded plugin says about itself, and the hash of its bytes.
@@ -40,6 +40,8 @@ pub struct Plugin {
     pub(crate) migrate: Option<ComponentExportIndex>,
     info: PluginInfo,
     name: Arc<str>,
+    /// What each instance holds of the engine's pool.
+    need: Need,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -82,6 +84,10 @@ impl Plugin {
                 component
             }
         };
+        let need = Need::of(&component);
+        if let Some(why) = need.exceeds_slots() {
+            return Err(PluginError::Invalid(why));
+        }
         let wasi = crate::wasi::imports_wasi(&component);
         let mut linker = Linker::<PluginCtx>::new(&engine.engine);
         crate::contract::add_to_linker(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
@@ -112,6 +118,7 @@ impl Plugin {
                 contract,
             },
             name: Arc::from("plugin"),
+            need,
         };
         let (mut store, instance, raw) = plugin.instantiate(false).map_err(|f| match f {
             CallFailure::Guest(m) | CallFailure::Fatal(m) => PluginError::Start(m),
@@ -138,7 +145,8 @@ impl Plugin {
     /// A fresh instance with its own store. Instantiation sees the WASI
     /// of no entry (clock 0), so that it is the same whenever it happens.
     pub(crate) fn instantiate(&self, read_only: bool) -> Result<(Store<PluginCtx>, Bound, Instance), CallFailure> {
-        let ctx = PluginCtx::new(self.name.clone(), &self.engine.config, read_only, self.info.wasi);
+        let slot = self.engine.slots.take(self.need);
+        let ctx = PluginCtx::new(self.name.clone(), &self.engine.config, read_only, self.info.wasi, slot);
         ctx.env.reset();
         let mut store = Store::new(&self.engine.engine, ctx);
         store.limiter(|c| &mut c.limiter);

@@ -335,3 +335,41 @@ fn invalid_requests_are_refused_and_change_nothing() {
     let err = kv.0.query(&op(Request::RequestPut(put_req("a", "2")))).unwrap_err();
     assert!(matches!(err, QueryError::Invalid(ref m) if m.contains("must not write")), "{err}");
 }
+
+/// A txn nested `depth` levels deep, with a compare and a put at every level
+/// and the ops of the innermost level as given.
+fn nested_txn(depth: usize, innermost: Vec<RequestOp>) -> TxnRequest {
+    let exists = |k: &str| cmp(k, CompareTarget::Version, CompareResult::Greater, TargetUnion::Version(0));
+    let mut txn = TxnRequest { compare: vec![exists("a")], success: innermost, failure: vec![] };
+    for level in (1..depth).rev() {
+        let put = RequestOp { request: Some(Request::RequestPut(put_req(&format!("level-{level:03}"), "v"))) };
+        let inner = RequestOp { request: Some(Request::RequestTxn(txn)) };
+        txn = TxnRequest { compare: vec![exists("a")], success: vec![put, inner], failure: vec![] };
+    }
+    txn
+}
+
+#[test]
+fn the_deepest_txn_the_plugin_decodes_runs_within_its_stack() {
+    // The plugin's stack is small (plugins/kv/build.rs), so that a fresh
+    // instance touches few pages; nesting is the deepest recursion it has
+    // (decoding, checking, running and encoding a txn each recurse).
+    let mut kv = Kv::new();
+    kv.put("a", "1");
+    let ranges = || (0..4).map(|_| RequestOp { request: Some(Request::RequestRange(range_req("a", "\0"))) }).collect();
+    let mut deepest = 0;
+    for depth in 1..=80 {
+        match kv.exec(Request::RequestTxn(nested_txn(depth, ranges()))) {
+            Ok(Response::ResponseTxn(t)) => {
+                assert!(t.succeeded, "depth {depth}");
+                deepest = depth;
+            }
+            Ok(other) => panic!("depth {depth}: {other:?}"),
+            // Past the protobuf decoder's recursion limit: refused whole.
+            Err(EntryError::Invalid(_)) => break,
+            Err(e) => panic!("depth {depth}: {e}"),
+        }
+    }
+    assert!(deepest >= 40, "only {deepest} levels decoded");
+    assert_eq!(kv.keys(range_req("level-", "level.")).len(), deepest - 1);
+}
