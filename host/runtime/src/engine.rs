@@ -8,10 +8,13 @@ use crate::error::PluginError;
 /// most (applier, queries, a plugin being loaded); an instantiation that
 /// would pass them waits for an instance to end. A node runs a few
 /// instances per plugin, two plugins during a deploy, and one per query
-/// running at that moment; a plugin needing more than these alone is
-/// refused when it loads.
+/// running at that moment. One thread holds at most four instances at
+/// once (during a deploy: the old applier's, the new applier's and its
+/// next, the one checking the load), so four of the largest plugin
+/// allowed fit, and no thread waits on itself.
 pub(crate) const MEMORY_SLOTS: u32 = 64;
-pub(crate) const TABLE_SLOTS: u32 = 256;
+pub(crate) const TABLE_SLOTS: u32 = 512;
+const _: () = assert!(4 * MEMORIES_PER_PLUGIN <= MEMORY_SLOTS && 4 * TABLES_PER_PLUGIN <= TABLE_SLOTS);
 /// The most one plugin may have, as the store limiter allows (`ctx::Limiter`).
 pub(crate) const MEMORIES_PER_PLUGIN: u32 = 10;
 pub(crate) const TABLES_PER_PLUGIN: u32 = 100;
