@@ -10,8 +10,9 @@ use crate::error::PluginError;
 /// instances per plugin, two plugins during a deploy, and one per query
 /// running at that moment. One thread holds at most four instances at
 /// once (during a deploy: the old applier's, the new applier's and its
-/// next, the one checking the load), so four of the largest plugin
-/// allowed fit, and no thread waits on itself.
+/// next, the one checking the load), so four of the largest plugin the
+/// pool admits (it refuses a larger one when it loads) fit, and no thread
+/// waits on itself.
 pub(crate) const MEMORY_SLOTS: u32 = 64;
 pub(crate) const TABLE_SLOTS: u32 = 512;
 const _: () = assert!(4 * MEMORIES_PER_PLUGIN <= MEMORY_SLOTS && 4 * TABLES_PER_PLUGIN <= TABLE_SLOTS);
@@ -147,16 +148,6 @@ impl Need {
             None => Need { memories: MEMORIES_PER_PLUGIN, tables: TABLES_PER_PLUGIN },
         }
     }
-
-    /// Why a plugin needing this can never run here, if it cannot.
-    pub(crate) fn exceeds_slots(self) -> Option<String> {
-        (self.memories > MEMORY_SLOTS || self.tables > TABLE_SLOTS).then(|| {
-            format!(
-                "the plugin needs {} linear memories and {} tables per instance; a node runs at most {MEMORY_SLOTS} and {TABLE_SLOTS} at once",
-                self.memories, self.tables
-            )
-        })
-    }
 }
 
 /// Counts the memory and table slots live instances hold. A permit lives in
@@ -230,13 +221,6 @@ mod tests {
         assert_eq!(*slots.free.lock(), Need { memories: 1, tables: 3 });
         drop(second);
         assert_eq!(*slots.free.lock(), Need { memories: 3, tables: 4 });
-    }
-
-    #[test]
-    fn a_plugin_needing_more_than_a_node_runs_is_told_so() {
-        assert_eq!(Need { memories: 1, tables: 2 }.exceeds_slots(), None);
-        let many = Need { memories: MEMORY_SLOTS + 1, tables: 0 }.exceeds_slots().unwrap();
-        assert!(many.contains("linear memories"), "{many}");
     }
 }
 

@@ -85,9 +85,6 @@ impl Plugin {
             }
         };
         let need = Need::of(&component);
-        if let Some(why) = need.exceeds_slots() {
-            return Err(PluginError::Invalid(why));
-        }
         let wasi = crate::wasi::imports_wasi(&component);
         let mut linker = Linker::<PluginCtx>::new(&engine.engine);
         crate::contract::add_to_linker(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
