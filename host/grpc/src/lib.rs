@@ -8,6 +8,7 @@ mod address;
 mod admin_service;
 pub mod auth;
 mod client_service;
+mod coalesce;
 pub mod etcd;
 mod health;
 mod faults;
@@ -172,11 +173,11 @@ pub async fn serve(
             );
             until_clients_drained(
                 client_router.serve_with_incoming_shutdown(
-                    tls::incoming(client, client_tls, false),
+                    coalesced(tls::incoming(client, client_tls, false)),
                     stop(shutdown.clone()),
                 ),
                 peer_router.serve_with_incoming_shutdown(
-                    tls::incoming(peer, peer_tls, true),
+                    coalesced(tls::incoming(peer, peer_tls, true)),
                     stop(shutdown),
                 ),
             )
@@ -187,7 +188,7 @@ pub async fn serve(
             // supply: set it here, or Nagle's algorithm delays every small
             // response ~40 ms.
             let nodelay =
-                |l| tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+                |l| coalesced(tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)));
             until_clients_drained(
                 client_router.serve_with_incoming_shutdown(nodelay(client), stop(shutdown.clone())),
                 peer_router.serve_with_incoming_shutdown(nodelay(peer), stop(shutdown)),
@@ -196,6 +197,15 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// The connections of `incoming`, each writing its queued small responses
+/// at once ([`coalesce`]).
+fn coalesced<T, E>(
+    incoming: impl tokio_stream::Stream<Item = Result<T, E>>,
+) -> impl tokio_stream::Stream<Item = Result<coalesce::CoalescedWrites<T>, E>> {
+    use tokio_stream::StreamExt;
+    incoming.map(|conn| conn.map(coalesce::CoalescedWrites))
 }
 
 /// Runs both servers until the client side has drained after shutdown:
