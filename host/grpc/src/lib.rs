@@ -205,7 +205,7 @@ fn coalesced<T, E>(
     incoming: impl tokio_stream::Stream<Item = Result<T, E>>,
 ) -> impl tokio_stream::Stream<Item = Result<coalesce::CoalescedWrites<T>, E>> {
     use tokio_stream::StreamExt;
-    incoming.map(|conn| conn.map(coalesce::CoalescedWrites))
+    incoming.map(|conn| conn.map(coalesce::CoalescedWrites::new))
 }
 
 /// Runs both servers until the client side has drained after shutdown:
