@@ -105,6 +105,11 @@ async fn deploys_reach_every_replica_at_one_index_and_keyspaces_agree() {
     }
     assert_eq!(infos[0].0, "counter");
     assert!(infos.iter().all(|i| i == &infos[0]), "{infos:?}");
+
+    // etcd's API is the KV plugin's: over another plugin, it refuses and says so.
+    let (success, out, err) = cluster::etcdctl::etcdctl(&all.join(","), &["get", "k"], None);
+    assert!(!success, "{out}");
+    assert!(err.contains("the etcd API needs the KV plugin; this cluster runs plugin \"counter\""), "{err}");
     assert!(infos[0].2.starts_with("index "), "{infos:?}");
 
     // Every replica hashes its keyspace at one index; they agree.

@@ -898,6 +898,12 @@ impl Node {
         (status.plugin.clone(), status.deployed_at)
     }
 
+    /// Whether the plugin running is the one named `name`: [`Self::plugin`]
+    /// without copying its description, for checks on every request.
+    pub fn plugin_is(&self, name: &str) -> bool {
+        self.inner.status.lock().plugin.name == name
+    }
+
     /// Asks every replica to hash its keyspace at the next index and compare
     /// with the leader's (see [`NodeStatus::hash_check`]). Returns the index
     /// of the check. Leader only.

@@ -67,10 +67,10 @@ const KV_PLUGIN_NAME: &str = "wasmraft-kv";
 
 /// Refuses the call unless this node runs the KV plugin.
 fn require_kv(node: &Node) -> Result<(), Status> {
-    let plugin = node.plugin().0.name;
-    if plugin == KV_PLUGIN_NAME {
+    if node.plugin_is(KV_PLUGIN_NAME) {
         Ok(())
     } else {
+        let plugin = node.plugin().0.name;
         Err(Status::failed_precondition(format!(
             "etcdserver: the etcd API needs the KV plugin; this cluster runs plugin {plugin:?} (use the wasmraft.v1 API)"
         )))
