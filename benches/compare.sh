@@ -31,8 +31,8 @@ OUT=${OUT_DIR:-$(mktemp -d /tmp/wasmraft-compare.XXXXXX)}
 mkdir -p "$OUT"
 REPORT=${REPORT_DIR:-$OUT/report}
 exec > >(tee "$OUT/compare.txt")
-BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/wasmraft}
-BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
+BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/release/wasmraft}
+BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/release/wasmraft-bench}
 CLK=$(getconf CLK_TCK)
 
 cpu_of() { # pids... -> seconds of user+system CPU

@@ -22,7 +22,7 @@ CONNS=${CONNS:-16}
 SYSTEMS=${SYSTEMS:-"etcd wasmraft"}
 TOOLS=${ETCD_TOOLS:-../shared/tools}
 BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/release/wasmraft}
-BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
+BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/release/wasmraft-bench}
 OUT=$(mktemp -d /tmp/wasmraft-keepalive.XXXXXX)
 PIDS=()
 cleanup() {

@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/release/wasmraft}
-BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
+BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/release/wasmraft-bench}
 DIMENSIONS=${DIMENSIONS:-"values clients nodes"}
 STATE_KEYS=${STATE_KEYS:-1000000}
 # Seconds to leave the large state idle between its puts and its reads

@@ -14,8 +14,8 @@ TOTAL=${TOTAL:-10000}
 CONNS=${CONNS:-20}
 CLIENTS=${CLIENTS:-100}
 ROUNDS=${ROUNDS:-2}
-BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/debug/wasmraft}
-BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/debug/wasmraft-bench}
+BIN=${WASMRAFT_BIN:-${CARGO_TARGET_DIR:-target}/release/wasmraft}
+BENCH=${WASMRAFT_BENCH:-${CARGO_TARGET_DIR:-target}/release/wasmraft-bench}
 OUT=$(mktemp -d /tmp/wasmraft-tls-cost.XXXXXX)
 trap 'kill $DEV 2>/dev/null || true; rm -rf "$OUT"' EXIT
 
