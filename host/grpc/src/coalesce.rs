@@ -73,6 +73,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let me = &mut *self;
         if me.unsent().len() + buf.len() <= HELD_BYTES {
+            // Drop what a partial write sent, or a reader that takes a little
+            // at a time would keep it all here.
+            me.held.drain(..me.sent);
+            me.sent = 0;
             me.held.extend_from_slice(buf);
             return Poll::Ready(Ok(buf.len()));
         }
@@ -256,6 +260,48 @@ mod tests {
         fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
             Poll::Ready(Ok(()))
         }
+    }
+
+    /// Takes `budget` more bytes each time the test allows, then is not ready.
+    struct Stalling {
+        out: Vec<u8>,
+        budget: usize,
+    }
+
+    impl AsyncWrite for Stalling {
+        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.budget);
+            if n == 0 {
+                return Poll::Pending;
+            }
+            self.budget -= n;
+            self.out.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn a_reader_that_takes_a_little_at_a_time_leaves_no_more_than_the_limit_held() {
+        let mut conn = CoalescedWrites::new(Stalling { out: Vec::new(), budget: 0 });
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut written = 0;
+        for _ in 0..1_000 {
+            conn.io.budget += 100;
+            if let Poll::Ready(n) = Pin::new(&mut conn).poll_write(&mut cx, &[1u8; 1024]) {
+                written += n.unwrap();
+            }
+            let _ = Pin::new(&mut conn).poll_flush(&mut cx);
+            assert!(conn.held.len() <= HELD_BYTES, "{} bytes held", conn.held.len());
+        }
+        assert_eq!(conn.io.out.len() + conn.unsent().len(), written);
     }
 
     #[tokio::test]
