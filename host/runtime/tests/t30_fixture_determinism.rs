@@ -130,6 +130,21 @@ fn memory_left_behind_by_earlier_entries_does_not_change_later_outcomes() {
 }
 
 #[test]
+fn memory_an_earlier_instance_wrote_reads_as_zero_in_the_next() {
+    // Each entry checks that its fresh memory is zero, then fills it with
+    // 0xff: sizes within and past the part of an instance's memory that the
+    // engine keeps mapped and resets in place, and past what the first
+    // entries grew to.
+    let commands: Vec<Vec<u8>> = ["zeroed 16", "zeroed 200", "zeroed 1024", "zeroed 16", "zeroed 1536", "zeroed 200", "zeroed 1024"]
+        .repeat(3)
+        .into_iter()
+        .map(text)
+        .collect();
+    let r = agree_with_restarts(&hostile(), &support::test_config(), &commands);
+    assert!(r.outcomes.iter().all(|o| *o == Ok(text("ok"))), "{:?}", r.outcomes);
+}
+
+#[test]
 fn fuel_that_grows_with_the_heap_does_not_change_later_outcomes() {
     // Each entry walks a list that grows by one node per entry run on the
     // same instance: about 1 M fuel alone, past the 20 M budget after some

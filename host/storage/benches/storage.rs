@@ -65,6 +65,41 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    // A state that outgrew its memtables: 300,000 keys (about 100 MB with
+    // their values), most of them in table files, as a node's state is.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
+    let keys: Vec<Vec<u8>> = (0..300_000u64).map(|i| format!("{i:08}").into_bytes()).collect();
+    for (n, chunk) in keys.chunks(1000).enumerate() {
+        let none: [(u64, Option<&[u8]>); 0] = [];
+        s.apply(LogId::new(1, n as u64 + 1), chunk.iter().map(|k| StateWrite { key: k, value: Some(&value) }), none).unwrap();
+    }
+    let mut g = c.benchmark_group("large_keyspace");
+    g.throughput(Throughput::Elements(10));
+    g.bench_function("scan_10_of_300000", |b| {
+        let mut at = 0usize;
+        b.iter(|| {
+            at = (at + 997) % 299_990;
+            let reader = s.consistent_reader();
+            let mut seen = 0;
+            reader
+                .scan(&keys[at], Some(&keys[at + 10]), false, &mut |_, _| {
+                    seen += 1;
+                    true
+                })
+                .unwrap();
+            assert_eq!(seen, 10);
+        })
+    });
+    g.bench_function("get_1_of_300000", |b| {
+        let mut at = 0usize;
+        b.iter(|| {
+            at = (at + 997) % 300_000;
+            assert!(s.consistent_reader().get(&keys[at]).unwrap().is_some());
+        })
+    });
+    g.finish();
 }
 
 criterion_group!(benches, bench);
