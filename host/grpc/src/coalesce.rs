@@ -32,30 +32,23 @@ const HELD_BYTES: usize = 16 << 10;
 #[derive(Debug)]
 pub(crate) struct CoalescedWrites<T> {
     io: T,
+    /// Bytes taken from h2 and not yet written.
     held: Vec<u8>,
-    /// How much of `held` has been written.
-    sent: usize,
 }
 
 impl<T> CoalescedWrites<T> {
     pub(crate) fn new(io: T) -> Self {
-        CoalescedWrites {
-            io,
-            held: Vec::new(),
-            sent: 0,
-        }
+        CoalescedWrites { io, held: Vec::new() }
     }
 
     fn unsent(&self) -> &[u8] {
-        &self.held[self.sent..]
+        &self.held
     }
 
+    /// Drops the first `n` held bytes, written: a reader that takes a little
+    /// at a time must not leave them all here.
     fn mark_sent(&mut self, n: usize) {
-        self.sent += n;
-        if self.sent == self.held.len() {
-            self.held.clear();
-            self.sent = 0;
-        }
+        self.held.drain(..n);
     }
 }
 
@@ -73,17 +66,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let me = &mut *self;
         if me.unsent().len() + buf.len() <= HELD_BYTES {
-            // Drop what a partial write sent, or a reader that takes a little
-            // at a time would keep it all here.
-            me.held.drain(..me.sent);
-            me.sent = 0;
             me.held.extend_from_slice(buf);
             return Poll::Ready(Ok(buf.len()));
         }
         // Too much to hold: what is held and `buf` go out together.
         while !me.unsent().is_empty() {
             let unsent = me.unsent().len();
-            let both = [IoSlice::new(&me.held[me.sent..]), IoSlice::new(buf)];
+            let both = [IoSlice::new(&me.held), IoSlice::new(buf)];
             let n = ready!(Pin::new(&mut me.io).poll_write_vectored(cx, &both))?;
             if n == 0 {
                 return Poll::Ready(Err(write_zero()));
@@ -99,7 +88,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let me = &mut *self;
         while !me.unsent().is_empty() {
-            let n = ready!(Pin::new(&mut me.io).poll_write(cx, &me.held[me.sent..]))?;
+            let n = ready!(Pin::new(&mut me.io).poll_write(cx, &me.held))?;
             if n == 0 {
                 return Poll::Ready(Err(write_zero()));
             }

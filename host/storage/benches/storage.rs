@@ -38,60 +38,20 @@ fn bench(c: &mut Criterion) {
     g.finish();
 
     // 10,000 keys of 8 bytes with 280-byte values (all still in memtables).
-    let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
-    let keys: Vec<Vec<u8>> = (0..10_000u64).map(|i| format!("{i:08}").into_bytes()).collect();
-    for (n, chunk) in keys.chunks(1000).enumerate() {
-        let none: [(u64, Option<&[u8]>); 0] = [];
-        s.apply(LogId::new(1, n as u64 + 1), chunk.iter().map(|k| StateWrite { key: k, value: Some(&value) }), none).unwrap();
-    }
+    let (_dir, s, keys) = filled(10_000, &value);
     let mut g = c.benchmark_group("keyspace");
     g.throughput(Throughput::Elements(10_000));
     g.bench_function("state_hash_10000_records", |b| b.iter(|| s.state_hash().unwrap()));
     g.throughput(Throughput::Elements(10));
-    g.bench_function("scan_10_of_10000", |b| {
-        let mut at = 0usize;
-        b.iter(|| {
-            at = (at + 997) % 9_990;
-            let reader = s.consistent_reader();
-            let mut seen = 0;
-            reader
-                .scan(&keys[at], Some(&keys[at + 10]), false, &mut |_, _| {
-                    seen += 1;
-                    true
-                })
-                .unwrap();
-            assert_eq!(seen, 10);
-        })
-    });
+    g.bench_function("scan_10_of_10000", |b| scan_10(b, &s, &keys));
     g.finish();
 
     // A state that outgrew its memtables: 300,000 keys (about 100 MB with
     // their values), most of them in table files, as a node's state is.
-    let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
-    let keys: Vec<Vec<u8>> = (0..300_000u64).map(|i| format!("{i:08}").into_bytes()).collect();
-    for (n, chunk) in keys.chunks(1000).enumerate() {
-        let none: [(u64, Option<&[u8]>); 0] = [];
-        s.apply(LogId::new(1, n as u64 + 1), chunk.iter().map(|k| StateWrite { key: k, value: Some(&value) }), none).unwrap();
-    }
+    let (_dir, s, keys) = filled(300_000, &value);
     let mut g = c.benchmark_group("large_keyspace");
     g.throughput(Throughput::Elements(10));
-    g.bench_function("scan_10_of_300000", |b| {
-        let mut at = 0usize;
-        b.iter(|| {
-            at = (at + 997) % 299_990;
-            let reader = s.consistent_reader();
-            let mut seen = 0;
-            reader
-                .scan(&keys[at], Some(&keys[at + 10]), false, &mut |_, _| {
-                    seen += 1;
-                    true
-                })
-                .unwrap();
-            assert_eq!(seen, 10);
-        })
-    });
+    g.bench_function("scan_10_of_300000", |b| scan_10(b, &s, &keys));
     g.bench_function("get_1_of_300000", |b| {
         let mut at = 0usize;
         b.iter(|| {
@@ -100,6 +60,36 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// Storage in a temp dir holding `n` keys of 8 bytes with `value`, written
+/// in applied batches of 1,000.
+fn filled(n: u64, value: &[u8]) -> (tempfile::TempDir, Storage, Vec<Vec<u8>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
+    let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("{i:08}").into_bytes()).collect();
+    for (batch, chunk) in keys.chunks(1000).enumerate() {
+        let none: [(u64, Option<&[u8]>); 0] = [];
+        s.apply(LogId::new(1, batch as u64 + 1), chunk.iter().map(|k| StateWrite { key: k, value: Some(value) }), none).unwrap();
+    }
+    (dir, s, keys)
+}
+
+/// A query's range of 10 consecutive keys, at a different place each time.
+fn scan_10(b: &mut criterion::Bencher, s: &Storage, keys: &[Vec<u8>]) {
+    let mut at = 0usize;
+    b.iter(|| {
+        at = (at + 997) % (keys.len() - 10);
+        let reader = s.consistent_reader();
+        let mut seen = 0;
+        reader
+            .scan(&keys[at], Some(&keys[at + 10]), false, &mut |_, _| {
+                seen += 1;
+                true
+            })
+            .unwrap();
+        assert_eq!(seen, 10);
+    })
 }
 
 criterion_group!(benches, bench);
