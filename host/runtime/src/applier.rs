@@ -136,6 +136,8 @@ impl Applier {
         // A plugin with WASI reads the entry's clock, which is per call:
         // it gets one entry per call.
         if inputs.len() > 1 && !self.plugin.info().wasi {
+            // The batch's writes stay only if every entry succeeds.
+            self.store.data_mut().overlay.keep_or_drop_whole();
             if let Ok(results) = self.call(&inputs)? {
                 if results.len() == inputs.len() && results.iter().all(|r| r.is_ok()) {
                     self.store.data_mut().overlay.commit_entry();

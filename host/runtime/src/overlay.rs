@@ -23,6 +23,9 @@ pub(crate) struct Overlay {
     /// What each key of the current entry held in `map` before (outer `None`:
     /// absent from `map`), newest last.
     undo: Vec<(Vec<u8>, Option<Option<Vec<u8>>>)>,
+    /// Writes are kept or dropped only as a whole (a batch call): no undo
+    /// log, so no copy of each key for it. Until `clear`.
+    whole: bool,
 }
 
 impl Overlay {
@@ -34,8 +37,18 @@ impl Overlay {
     }
 
     pub fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if self.whole {
+            self.map.insert(key, value);
+            return;
+        }
         let previous = self.map.insert(key.clone(), value);
         self.undo.push((key, previous));
+    }
+
+    /// From now until `clear`, no single entry's writes will be taken back.
+    pub fn keep_or_drop_whole(&mut self) {
+        debug_assert!(self.map.is_empty(), "an overlay turns whole-only before its first write");
+        self.whole = true;
     }
 
     /// The current entry succeeded: its writes stay.
@@ -45,6 +58,7 @@ impl Overlay {
 
     /// The current entry failed: take its writes back.
     pub fn rollback_entry(&mut self) {
+        assert!(!self.whole, "rollback of one entry in an overlay kept or dropped whole");
         while let Some((key, previous)) = self.undo.pop() {
             match previous {
                 Some(v) => self.map.insert(key, v),
@@ -57,6 +71,7 @@ impl Overlay {
     pub fn clear(&mut self) {
         self.map.clear();
         self.undo.clear();
+        self.whole = false;
     }
 
     pub fn take_writes(&mut self) -> Vec<Write> {
@@ -257,5 +272,25 @@ mod tests {
         assert_eq!(o.get(&base, b"a").unwrap(), Some(b"base".to_vec()));
         assert_eq!(o.get(&base, b"y").unwrap(), None);
         assert_eq!(o.take_writes(), vec![Write { key: b"x".to_vec(), value: Some(b"1".to_vec()) }]);
+    }
+
+    #[test]
+    fn an_overlay_kept_or_dropped_whole_holds_the_same_writes_and_undoes_again_after_clear() {
+        let base = base();
+        let mut o = Overlay::default();
+        o.keep_or_drop_whole();
+        o.write(b"x".to_vec(), Some(b"1".to_vec()));
+        o.write(b"a".to_vec(), None);
+        o.write(b"x".to_vec(), Some(b"2".to_vec()));
+        assert!(o.undo.is_empty());
+        assert_eq!(o.get(&base, b"x").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(o.get(&base, b"a").unwrap(), None);
+        o.commit_entry();
+        let writes = o.take_writes();
+        assert_eq!(writes, vec![Write { key: b"a".to_vec(), value: None }, Write { key: b"x".to_vec(), value: Some(b"2".to_vec()) }]);
+        o.clear();
+        o.write(b"y".to_vec(), Some(b"3".to_vec()));
+        o.rollback_entry();
+        assert_eq!(o.get(&base, b"y").unwrap(), None);
     }
 }

@@ -52,8 +52,8 @@ fn nospace_active() -> bool {
 /// Refuses a write that adds data while any member's NOSPACE alarm is
 /// active: a put, or a txn with a put in either branch (etcd's capped
 /// applier; deletes and compactions go on, they free space).
-pub(crate) fn check_write(op: &Op) -> Result<(), KvError> {
-    if puts(op) && nospace_active() {
+pub(crate) fn check_write(op: &Op, rev: &mut Revision) -> Result<(), KvError> {
+    if puts(op) && *rev.nospace.get_or_insert_with(nospace_active) {
         return Err(KvError::Rejected(ERR_NO_SPACE));
     }
     Ok(())

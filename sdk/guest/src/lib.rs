@@ -237,6 +237,7 @@
 //!   configuration, `[limits]`); exceeding either fails the entry.
 #![deny(missing_docs)]
 
+pub mod alloc;
 #[cfg(feature = "serde")]
 pub mod codec;
 mod error;
