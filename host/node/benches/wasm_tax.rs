@@ -25,6 +25,10 @@ use wasmraft_storage::{StateReader, StateWrite, Storage, StorageOptions};
 
 use native_kv::NativeKv;
 
+// The allocator the `wasmraft` binary uses, for both state machines.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Distinct keys: after the first pass every put finds a previous value.
 const KEY_SPACE: u64 = 10_000;
 const VALUE: [u8; 256] = [b'v'; 256];
