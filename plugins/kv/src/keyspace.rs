@@ -206,11 +206,14 @@ pub(crate) fn get(key: &[u8]) -> Option<KeyValue> {
 }
 
 /// Stores `kv` as the current version of its key, stamped with this
-/// entry's revision, and keeps it in the key's history.
-pub(crate) fn put(kv: &KeyValue, rev: &mut Revision) {
+/// entry's revision, and keeps it in the key's history. (`kv` is lent
+/// only to be encoded without its key, which the store key holds.)
+pub(crate) fn put(kv: &mut KeyValue, rev: &mut Revision) {
     let revision = rev.log(&kv.key);
     debug_assert_eq!(revision, kv.mod_revision);
-    let stored = KeyValue { key: Vec::new(), ..kv.clone() }.encode_to_vec();
+    let key = std::mem::take(&mut kv.key);
+    let stored = kv.encode_to_vec();
+    kv.key = key;
     store::put(&current_key(&kv.key), &stored);
     store::put(&history_key(&kv.key, revision), &stored);
 }

@@ -174,7 +174,7 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
     let old_lease = prev.as_ref().map_or(0, |p| p.lease);
     let lease = if r.ignore_lease { old_lease } else { r.lease };
     let revision = rev.write();
-    let kv = KeyValue {
+    let mut kv = KeyValue {
         key: r.key.clone(),
         create_revision: prev.as_ref().map_or(revision, |p| p.create_revision),
         mod_revision: revision,
@@ -182,10 +182,11 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
         value,
         lease,
     };
-    keyspace::put(&kv, rev);
+    keyspace::put(&mut kv, rev);
     crate::leases::reattach(&r.key, old_lease, lease);
-    emit(EventType::Put, kv, prev.clone());
-    Ok(PutResponse { header: header(rev), prev_kv: if r.prev_kv { prev } else { None } })
+    let prev_kv = if r.prev_kv { prev.clone() } else { None };
+    emit(EventType::Put, kv, prev);
+    Ok(PutResponse { header: header(rev), prev_kv })
 }
 
 pub(crate) fn delete_range(
@@ -213,7 +214,7 @@ pub(crate) fn delete_range(
 }
 
 fn emit(kind: EventType, kv: KeyValue, prev_kv: Option<KeyValue>) {
-    let key = kv.key.clone();
-    let event = Event { r#type: kind as i32, kv: Some(kv), prev_kv };
-    events::emit(&key, &event.encode_to_vec());
+    let payload = Event { r#type: kind as i32, kv: Some(kv), prev_kv };
+    let key = payload.kv.as_ref().map_or(&[][..], |kv| &kv.key);
+    events::emit(key, &payload.encode_to_vec());
 }
