@@ -77,13 +77,17 @@ impl<P: Pages> SizeClasses<P> {
         }
         let size = ALIGN << class;
         if self.end - self.next < size {
-            let Some(start) = self.pages.grow(1) else { return null_mut() };
+            // (The last page of a 4 GiB memory would end past `usize` on
+            // wasm32: left unused.)
+            let Some((start, end)) = self.pages.grow(1).and_then(|s| Some((s, s.checked_add(PAGE)?))) else {
+                return null_mut();
+            };
             // Pages right after the last ones extend them; otherwise (the
             // default allocator grew memory in between) the tail is left.
             if start != self.end {
                 self.next = start;
             }
-            self.end = start + PAGE;
+            self.end = end;
         }
         let block = self.next;
         self.next += size;
