@@ -20,6 +20,9 @@
 //!
 //! (Only for `wasm32`: it grows the instance's linear memory itself.)
 
+// Built for the host, only the tests use the size classes.
+#![cfg_attr(not(any(target_arch = "wasm32", test)), allow(dead_code))]
+
 use std::alloc::Layout;
 use std::ptr::null_mut;
 
