@@ -44,10 +44,16 @@ fn class(layout: Layout) -> Option<usize> {
     Some((size.trailing_zeros() - MIN_SHIFT) as usize)
 }
 
-/// Where new memory comes from: `grow(n)` adds `n` pages and returns the
-/// address of the first, or `None` when memory cannot grow.
+/// Where new memory comes from.
 pub(crate) trait Pages {
+    /// Adds `pages` pages and returns the address of the first, or `None`
+    /// when memory cannot grow.
     fn grow(&mut self, pages: usize) -> Option<usize>;
+
+    /// `[start, end)`: the memory the module started with that nothing
+    /// uses (from the end of its data to the end of its initial pages),
+    /// asked for once.
+    fn unused(&mut self) -> (usize, usize);
 }
 
 /// The free lists and the block being carved, over a page source.
@@ -58,12 +64,14 @@ pub(crate) struct SizeClasses<P> {
     /// `[next, end)`: what is left of the pages grown last.
     next: usize,
     end: usize,
+    /// The module's unused initial memory has been taken.
+    started: bool,
     pages: P,
 }
 
 impl<P: Pages> SizeClasses<P> {
     pub(crate) const fn new(pages: P) -> Self {
-        Self { free: [null_mut(); CLASSES], next: 0, end: 0, pages }
+        Self { free: [null_mut(); CLASSES], next: 0, end: 0, started: false, pages }
     }
 
     /// A block of `class`, or null when memory cannot grow.
@@ -79,6 +87,13 @@ impl<P: Pages> SizeClasses<P> {
             return head;
         }
         let size = ALIGN << class;
+        if !self.started {
+            // Growing memory costs the host a system call: use what the
+            // module starts with first.
+            self.started = true;
+            let (start, end) = self.pages.unused();
+            (self.next, self.end) = (start.next_multiple_of(ALIGN).min(end), end);
+        }
         if self.end - self.next < size {
             // (The last page of a 4 GiB memory would end past `usize` on
             // wasm32: left unused.)
@@ -173,10 +188,24 @@ mod global {
     /// The instance's own linear memory.
     pub(crate) struct LinearMemory;
 
+    unsafe extern "C" {
+        /// Where the linker ended the module's data (and so the heap starts).
+        static __heap_base: u8;
+        /// The end of the module's initial memory.
+        static __heap_end: u8;
+    }
+
     impl Pages for LinearMemory {
         fn grow(&mut self, pages: usize) -> Option<usize> {
             let previous = core::arch::wasm32::memory_grow(0, pages);
             (previous != usize::MAX).then(|| previous * PAGE)
+        }
+
+        fn unused(&mut self) -> (usize, usize) {
+            // The default allocator only ever grows memory: nothing else
+            // allocates below the initial size. (Not `memory_size`: it may
+            // have grown for the default allocator already.)
+            (&raw const __heap_base as usize, &raw const __heap_end as usize)
         }
     }
 
@@ -230,26 +259,40 @@ mod global {
 mod tests {
     use super::*;
 
-    /// Pages from a buffer, as many as it holds.
+    /// Pages from a buffer, as many as it holds, the first `initial` of
+    /// them there from the start with their first 1000 bytes in use.
     struct Buffer {
         memory: Vec<u8>,
+        initial: usize,
         grown: usize,
     }
 
     impl Buffer {
         fn new(pages: usize) -> Self {
-            Self { memory: vec![0; (pages + 1) * PAGE], grown: 0 }
+            Self::with_initial(0, pages)
+        }
+
+        fn with_initial(initial: usize, pages: usize) -> Self {
+            Self { memory: vec![0; (initial + pages + 1) * PAGE], initial, grown: 0 }
+        }
+
+        fn base(&self) -> usize {
+            (self.memory.as_ptr() as usize).next_multiple_of(PAGE)
         }
     }
 
     impl Pages for Buffer {
         fn grow(&mut self, pages: usize) -> Option<usize> {
-            let base = (self.memory.as_ptr() as usize).next_multiple_of(PAGE);
-            if (self.grown + pages + 1) * PAGE > self.memory.len() {
+            if (self.initial + self.grown + pages + 1) * PAGE > self.memory.len() {
                 return None;
             }
             self.grown += pages;
-            Some(base + (self.grown - pages) * PAGE)
+            Some(self.base() + (self.initial + self.grown - pages) * PAGE)
+        }
+
+        fn unused(&mut self) -> (usize, usize) {
+            let base = self.base();
+            if self.initial == 0 { (base, base) } else { (base + 1000, base + self.initial * PAGE) }
         }
     }
 
@@ -286,6 +329,24 @@ mod tests {
             // Another class does not take it.
             a.deallocate(second, layout, big_free);
             assert_ne!(a.allocate(Layout::from_size_align(64, 8).unwrap(), big), second);
+        }
+    }
+
+    #[test]
+    fn the_initial_memory_past_the_data_serves_first_then_grown_pages_extend_it() {
+        let mut a = SizeClasses::new(Buffer::with_initial(2, 1));
+        let base = a.pages.base();
+        let layout = Layout::from_size_align(32 * 1024, 8).unwrap();
+        unsafe {
+            let first = a.allocate(Layout::from_size_align(10, 1).unwrap(), big) as usize;
+            assert_eq!(first, base + 1008, "the first aligned address past the data");
+            // 2 pages less 1024 bytes hold three 32 KiB blocks; the fourth
+            // starts there and runs into the grown page, right after.
+            let blocks: Vec<usize> = (0..4).map(|_| a.allocate(layout, big) as usize).collect();
+            assert_eq!(blocks[0], base + 1024);
+            assert!(blocks.windows(2).all(|w| w[1] == w[0] + 32 * 1024), "{blocks:?}");
+            assert!(blocks[3] + 32 * 1024 <= base + 3 * PAGE);
+            assert_eq!(a.pages.grown, 1);
         }
     }
 
