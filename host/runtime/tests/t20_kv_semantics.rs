@@ -373,3 +373,61 @@ fn the_deepest_txn_the_plugin_decodes_runs_within_its_stack() {
     assert!(deepest >= 40, "only {deepest} levels decoded");
     assert_eq!(kv.keys(range_req("level-", "level.")).len(), deepest - 1);
 }
+
+/// Batching never changes an entry's outcome, though within a batch each
+/// entry starts from the revision and NOSPACE state the entry before it
+/// left: the same entries in one batch, in batches of two and three, and
+/// one at a time give the same outcomes, events and keyspace. Batches that
+/// hold a refused entry run again entry by entry.
+#[test]
+fn batches_of_any_size_give_the_outcomes_of_entries_applied_one_at_a_time() {
+    use wasmraft_proto::etcdserverpb::{AlarmRequest, alarm_request::AlarmAction, AlarmType};
+    use wasmraft_proto::kvplugin;
+    let alarm = |action: AlarmAction| {
+        let r = AlarmRequest { action: action as i32, member_id: 7, alarm: AlarmType::Nospace as i32 };
+        kvplugin::Request { request: Some(kvplugin::request::Request::RequestAlarm(r)) }.encode_to_vec()
+    };
+    let put = |k: &str, v: &str| op(Request::RequestPut(put_req(k, v)));
+    let txn = TxnRequest {
+        success: vec![RequestOp { request: Some(Request::RequestPut(put_req("t", "1"))) }],
+        ..Default::default()
+    };
+    // In batches of 3 the first holds a put, the alarm and a put the alarm
+    // refuses; in batches of 4 the third holds only puts that apply.
+    let commands = vec![
+        put("a", "1"),
+        alarm(AlarmAction::Activate),
+        put("c", "1"), // refused: NOSPACE
+        op(Request::RequestTxn(txn.clone())), // refused: a put in it
+        op(Request::RequestDeleteRange(DeleteRangeRequest { key: "a".into(), ..Default::default() })),
+        alarm(AlarmAction::Deactivate),
+        put("c", "2"),
+        op(Request::RequestPut(PutRequest { ignore_value: true, ..put_req("missing", "") })), // refused
+        put("b", "1"),
+        op(Request::RequestPut(PutRequest { prev_kv: true, ..put_req("a", "2") })),
+        op(Request::RequestTxn(txn)),
+        put("d", "1"),
+        put("a", "3"),
+    ];
+    let run = |size: usize| {
+        let mut r = Replica::new(&kv_plugin());
+        let (mut outcomes, mut events) = (Vec::new(), Vec::new());
+        for chunk in commands.chunks(size) {
+            let batch = r.apply(chunk);
+            outcomes.extend(batch.outcomes);
+            events.extend(batch.events);
+        }
+        (outcomes, events, r.state)
+    };
+    let alone = run(1);
+    let refused: Vec<usize> = alone.0.iter().enumerate().filter(|(_, o)| o.is_err()).map(|(i, _)| i).collect();
+    assert_eq!(refused, [2, 3, 7], "{:?}", alone.0);
+    let last = ResponseOp::decode(alone.0[12].as_ref().unwrap().as_slice()).unwrap().response.unwrap();
+    match last {
+        Response::ResponsePut(p) => assert_eq!(p.header.unwrap().revision, 9, "eight changes after etcd's revision 1"),
+        other => panic!("{other:?}"),
+    }
+    for size in [2, 3, 4, commands.len()] {
+        assert!(run(size) == alone, "batches of {size} differ from entries applied one at a time");
+    }
+}
