@@ -2,10 +2,11 @@ fn main() {
     // Memory layout for the Wasm build (the native build runs the unit tests).
     if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("wasm32") {
         // A 64 KiB stack instead of Rust's 1 MiB default: the plugin's data
-        // starts within its first 2 pages, so a fresh instance (one per apply
-        // call) touches and resets little. Its deepest recursion, a txn nested as deep as
-        // the protobuf decoder admits, needs under 32 KiB
-        // (t20_kv_semantics: the_deepest_txn_the_plugin_decodes_runs_within_its_stack).
+        // starts within its first 2 pages, so a fresh instance (one per
+        // apply call) touches and resets little. Its deepest recursion, a
+        // txn nested as deep as the protobuf decoder admits, needs under
+        // 32 KiB (t20_kv_semantics:
+        // the_deepest_txn_the_plugin_decodes_runs_within_its_stack).
         println!("cargo:rustc-link-arg-cdylib=-zstack-size=65536");
         // 512 KiB of initial memory, most of it heap that the SDK's allocator
         // uses before it grows memory (each growth a system call for the host):

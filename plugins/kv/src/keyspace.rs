@@ -127,8 +127,7 @@ pub(crate) struct Revision {
     pub base: i64,
     pub changed: bool,
     sub: u32,
-    /// The index of the entry being applied (`None`: a query, tick or
-    /// migration).
+    /// The index of the entry being applied (`None`: a query or a tick).
     entry: Option<u64>,
     /// Whether a NOSPACE alarm is active, once known ([`crate::alarms`]).
     pub nospace: Option<bool>,

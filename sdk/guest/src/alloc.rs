@@ -23,7 +23,7 @@
 // Built for the host, only the tests use the size classes.
 #![cfg_attr(not(any(target_arch = "wasm32", test)), allow(dead_code))]
 
-use std::alloc::Layout;
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::null_mut;
 
 /// The smallest block, and the alignment of every block: 16 B.
@@ -35,7 +35,8 @@ const ALIGN: usize = 1 << MIN_SHIFT;
 /// A WebAssembly page, the unit memory grows by.
 const PAGE: usize = 64 * 1024;
 
-/// The size class of `layout`, or `None` for the default allocator.
+/// The size class of `layout`, or `None` for the default allocator
+/// (`System`).
 fn class(layout: Layout) -> Option<usize> {
     if layout.align() > ALIGN || layout.size() > 1 << MAX_SHIFT {
         return None;
@@ -87,7 +88,7 @@ impl<P: Pages> SizeClasses<P> {
             return head;
         }
         let size = ALIGN << class;
-        if !self.started {
+        if self.end - self.next < size && !self.started {
             // Growing memory costs the host a system call: use what the
             // module starts with first.
             self.started = true;
@@ -122,53 +123,52 @@ impl<P: Pages> SizeClasses<P> {
         self.free[class] = block;
     }
 
-    /// `alloc` for any layout: a size class, or `large` for the rest.
+    /// `alloc` for any layout: a size class, or `System` for the rest.
     ///
     /// # Safety
     /// As `GlobalAlloc::alloc`.
-    pub(crate) unsafe fn allocate(&mut self, layout: Layout, large: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
+    pub(crate) unsafe fn allocate(&mut self, layout: Layout) -> *mut u8 {
         match class(layout) {
             // SAFETY: `class` returns only valid classes.
             Some(c) => unsafe { self.alloc(c) },
-            None => large(layout),
+            // SAFETY: as the caller's.
+            None => unsafe { System.alloc(layout) },
         }
     }
 
     /// # Safety
     /// As `GlobalAlloc::dealloc`.
-    pub(crate) unsafe fn deallocate(&mut self, ptr: *mut u8, layout: Layout, large: impl FnOnce(*mut u8, Layout)) {
+    pub(crate) unsafe fn deallocate(&mut self, ptr: *mut u8, layout: Layout) {
         match class(layout) {
             // SAFETY: the same layout gave the same class at allocation.
             Some(c) => unsafe { self.free(ptr, c) },
-            None => large(ptr, layout),
+            // SAFETY: and so it came from `System`.
+            None => unsafe { System.dealloc(ptr, layout) },
         }
     }
 
-    /// A block of `new_size` holding the first bytes of `ptr`; the same
-    /// block when the size class does not change.
+    /// A block of `new_size` holding the first bytes of `ptr`: the same
+    /// block when the size class does not change, `System`'s (which may
+    /// grow in place) when neither size has a class.
     ///
     /// # Safety
     /// As `GlobalAlloc::realloc`.
-    pub(crate) unsafe fn reallocate(
-        &mut self,
-        ptr: *mut u8,
-        layout: Layout,
-        new_size: usize,
-        large: &impl Fn(Layout) -> *mut u8,
-        large_free: &impl Fn(*mut u8, Layout),
-    ) -> *mut u8 {
+    pub(crate) unsafe fn reallocate(&mut self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller guarantees `new_size` with this alignment is a
         // valid layout.
         let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        if class(layout).is_some() && class(layout) == class(new) {
-            return ptr;
+        match (class(layout), class(new)) {
+            (Some(a), Some(b)) if a == b => return ptr,
+            // SAFETY: `ptr` came from `System` with `layout`.
+            (None, None) => return unsafe { System.realloc(ptr, layout, new_size) },
+            _ => {}
         }
         // SAFETY: as for `allocate` and `deallocate`; the blocks differ.
         unsafe {
-            let moved = self.allocate(new, large);
+            let moved = self.allocate(new);
             if !moved.is_null() {
                 std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
-                self.deallocate(ptr, layout, large_free);
+                self.deallocate(ptr, layout);
             }
             moved
         }
@@ -180,7 +180,7 @@ pub use global::PluginAllocator;
 
 #[cfg(target_arch = "wasm32")]
 mod global {
-    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::alloc::{GlobalAlloc, Layout};
     use std::cell::UnsafeCell;
 
     use super::{PAGE, Pages, SizeClasses};
@@ -224,33 +224,19 @@ mod global {
         }
     }
 
-    fn large(layout: Layout) -> *mut u8 {
-        // SAFETY: the layout comes from a GlobalAlloc caller.
-        unsafe { System.alloc(layout) }
-    }
-
-    fn large_free(ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
     // SAFETY: blocks are aligned to 16 and at least their layout's size;
     // the rest is the default allocator's. One thread, no reentrancy.
     unsafe impl GlobalAlloc for PluginAllocator {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            unsafe { (*self.0.get()).allocate(layout, large) }
+            unsafe { (*self.0.get()).allocate(layout) }
         }
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            unsafe { (*self.0.get()).deallocate(ptr, layout, large_free) }
+            unsafe { (*self.0.get()).deallocate(ptr, layout) }
         }
 
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            if layout.size() > 1 << super::MAX_SHIFT && new_size > 1 << super::MAX_SHIFT && layout.align() <= super::ALIGN {
-                // Both large: the default allocator may grow in place.
-                return unsafe { System.realloc(ptr, layout, new_size) };
-            }
-            unsafe { (*self.0.get()).reallocate(ptr, layout, new_size, &large, &large_free) }
+            unsafe { (*self.0.get()).reallocate(ptr, layout, new_size) }
         }
     }
 }
@@ -296,14 +282,6 @@ mod tests {
         }
     }
 
-    fn big(layout: Layout) -> *mut u8 {
-        unsafe { std::alloc::alloc(layout) }
-    }
-
-    fn big_free(ptr: *mut u8, layout: Layout) {
-        unsafe { std::alloc::dealloc(ptr, layout) }
-    }
-
     #[test]
     fn sizes_fall_into_power_of_two_classes_up_to_32_kib() {
         let l = |size, align| Layout::from_size_align(size, align).unwrap();
@@ -321,14 +299,14 @@ mod tests {
         let mut a = SizeClasses::new(Buffer::new(4));
         let layout = Layout::from_size_align(100, 8).unwrap();
         unsafe {
-            let first = a.allocate(layout, big);
-            let second = a.allocate(layout, big);
+            let first = a.allocate(layout);
+            let second = a.allocate(layout);
             assert_eq!(second as usize - first as usize, 128);
-            a.deallocate(first, layout, big_free);
-            assert_eq!(a.allocate(Layout::from_size_align(128, 16).unwrap(), big), first);
+            a.deallocate(first, layout);
+            assert_eq!(a.allocate(Layout::from_size_align(128, 16).unwrap()), first);
             // Another class does not take it.
-            a.deallocate(second, layout, big_free);
-            assert_ne!(a.allocate(Layout::from_size_align(64, 8).unwrap(), big), second);
+            a.deallocate(second, layout);
+            assert_ne!(a.allocate(Layout::from_size_align(64, 8).unwrap()), second);
         }
     }
 
@@ -338,11 +316,11 @@ mod tests {
         let base = a.pages.base();
         let layout = Layout::from_size_align(32 * 1024, 8).unwrap();
         unsafe {
-            let first = a.allocate(Layout::from_size_align(10, 1).unwrap(), big) as usize;
+            let first = a.allocate(Layout::from_size_align(10, 1).unwrap()) as usize;
             assert_eq!(first, base + 1008, "the first aligned address past the data");
             // 2 pages less 1024 bytes hold three 32 KiB blocks; the fourth
             // starts there and runs into the grown page, right after.
-            let blocks: Vec<usize> = (0..4).map(|_| a.allocate(layout, big) as usize).collect();
+            let blocks: Vec<usize> = (0..4).map(|_| a.allocate(layout) as usize).collect();
             assert_eq!(blocks[0], base + 1024);
             assert!(blocks.windows(2).all(|w| w[1] == w[0] + 32 * 1024), "{blocks:?}");
             assert!(blocks[3] + 32 * 1024 <= base + 3 * PAGE);
@@ -355,9 +333,9 @@ mod tests {
         let mut a = SizeClasses::new(Buffer::new(1));
         let layout = Layout::from_size_align(32 * 1024, 8).unwrap();
         unsafe {
-            assert!(!a.allocate(layout, big).is_null());
-            assert!(!a.allocate(layout, big).is_null());
-            assert!(a.allocate(layout, big).is_null());
+            assert!(!a.allocate(layout).is_null());
+            assert!(!a.allocate(layout).is_null());
+            assert!(a.allocate(layout).is_null());
         }
     }
 
@@ -389,7 +367,7 @@ mod tests {
                     };
                     let align = [1, 2, 4, 8, 16, 64][(next() % 6) as usize];
                     let layout = Layout::from_size_align(size, align).unwrap();
-                    let p = unsafe { a.allocate(layout, big) };
+                    let p = unsafe { a.allocate(layout) };
                     assert!(!p.is_null());
                     assert_eq!(p as usize % align, 0, "{layout:?}");
                     unsafe { p.write_bytes(fill, size) };
@@ -398,14 +376,14 @@ mod tests {
                 2 | 3 if !live.is_empty() => {
                     let (p, l, f) = live.swap_remove((next() % live.len() as u64) as usize);
                     check(&(p, l, f));
-                    unsafe { a.deallocate(p, l, big_free) };
+                    unsafe { a.deallocate(p, l) };
                 }
                 4 if !live.is_empty() => {
                     let i = (next() % live.len() as u64) as usize;
                     let (p, l, f) = live[i];
                     check(&(p, l, f));
                     let new_size = 1 + (next() % 40_000) as usize;
-                    let q = unsafe { a.reallocate(p, l, new_size, &big, &big_free) };
+                    let q = unsafe { a.reallocate(p, l, new_size) };
                     assert!(!q.is_null());
                     let kept = unsafe { std::slice::from_raw_parts(q, l.size().min(new_size)) };
                     assert!(kept.iter().all(|&b| b == f), "realloc lost bytes");
@@ -423,7 +401,7 @@ mod tests {
         }
         for (p, l, f) in live {
             check(&(p, l, f));
-            unsafe { a.deallocate(p, l, big_free) };
+            unsafe { a.deallocate(p, l) };
         }
     }
 }
