@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 use tracing::Instrument;
-use wasmraft_node::{SnapshotDone, SnapshotLoader, SnapshotReader, Transport};
+use wasmraft_node::{MessageSink, SnapshotDone, SnapshotLoader, SnapshotReader, Transport};
 use wasmraft_proto::convert::raft as convert;
 use wasmraft_proto::v1::raft_client::RaftClient;
 use wasmraft_proto::v1::{KeyValuePair, RaftBatch, SnapshotChunk};
@@ -58,14 +58,46 @@ const CHUNKS_AHEAD: usize = 2;
 #[derive(Debug)]
 pub struct GrpcTransport {
     self_id: u64,
-    faults: crate::faults::Faults,
-    peers: HashMap<NodeId, Lanes>,
+    /// The lanes to each peer, shared with the log writer's sink.
+    peers: Peers,
     budgets: Budgets,
     addresses: BTreeMap<u64, String>,
     runtime: tokio::runtime::Handle,
     link: Link,
     /// Removed members: never dialed again.
     removed: std::collections::BTreeSet<u64>,
+}
+
+/// Where messages go: the lanes to each peer, except to peers the faults
+/// cut off. The transport and the log writer's [`MessageSink`] share it.
+#[derive(Clone, Debug)]
+struct Peers {
+    faults: crate::faults::Faults,
+    lanes: Arc<parking_lot::RwLock<HashMap<NodeId, Lanes>>>,
+}
+
+impl Peers {
+    fn send(&self, messages: Vec<Message>) {
+        let lanes = self.lanes.read();
+        for m in messages {
+            if self.faults.is_cut_off(m.to.0) {
+                continue;
+            }
+            match lanes.get(&m.to) {
+                // A full lane drops and counts (`lane.rs`).
+                Some(to) => {
+                    to.get(LaneKind::of(&m.body)).push(convert::message(m));
+                }
+                None => tracing::warn!(to = m.to.0, "no address for peer; dropping a message"),
+            }
+        }
+    }
+}
+
+impl MessageSink for Peers {
+    fn send(&self, messages: Vec<Message>) {
+        Peers::send(self, messages);
+    }
 }
 
 /// The two lanes to one peer; dropping them ends their tasks once the
@@ -174,8 +206,7 @@ impl GrpcTransport {
         }
         Self {
             self_id,
-            faults,
-            peers: senders,
+            peers: Peers { faults, lanes: Arc::new(parking_lot::RwLock::new(senders)) },
             budgets,
             addresses: peers.clone(),
             runtime: runtime.clone(),
@@ -192,7 +223,7 @@ impl GrpcTransport {
     pub fn with_budgets(mut self, budgets: Budgets) -> Self {
         self.budgets = budgets;
         for (id, addr) in &self.addresses {
-            if let Some(lanes) = self.peers.get_mut(&NodeId(*id)) {
+            if let Some(lanes) = self.peers.lanes.write().get_mut(&NodeId(*id)) {
                 *lanes = Lanes::open(*id, addr, &self.link, budgets, &self.runtime);
             }
         }
@@ -202,18 +233,11 @@ impl GrpcTransport {
 
 impl Transport for GrpcTransport {
     fn send(&mut self, messages: Vec<Message>) {
-        for m in messages {
-            if self.faults.is_cut_off(m.to.0) {
-                continue;
-            }
-            match self.peers.get(&m.to) {
-                Some(lanes) => {
-                    // A full lane drops and counts (`lane.rs`).
-                    lanes.get(LaneKind::of(&m.body)).push(convert::message(m));
-                }
-                None => tracing::warn!(to = m.to.0, "no address for peer; dropping a message"),
-            }
-        }
+        self.peers.send(messages);
+    }
+
+    fn sink(&self) -> Option<Box<dyn MessageSink>> {
+        Some(Box::new(self.peers.clone()))
     }
 
     fn set_address(&mut self, id: u64, address: &str) {
@@ -227,13 +251,13 @@ impl Transport for GrpcTransport {
         self.addresses.insert(id, address.to_string());
         // New tasks for the new address; the old ones end with their queues.
         let lanes = Lanes::open(id, address, &self.link, self.budgets, &self.runtime);
-        self.peers.insert(NodeId(id), lanes);
+        self.peers.lanes.write().insert(NodeId(id), lanes);
     }
 
     fn remove_peer(&mut self, id: u64) {
         // Dropping a peer's queue ends its task: no more dialing a node
         // that left (it learns so when it next calls, see `Link::note`).
-        if self.peers.remove(&NodeId(id)).is_some() {
+        if self.peers.lanes.write().remove(&NodeId(id)).is_some() {
             tracing::info!(peer = id, "no longer a member; closing the link to it");
         }
         self.addresses.remove(&id);
@@ -245,7 +269,7 @@ impl Transport for GrpcTransport {
     }
 
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {
-        if self.faults.is_cut_off(message.to.0) {
+        if self.peers.faults.is_cut_off(message.to.0) {
             done(false);
             return;
         }

@@ -52,7 +52,7 @@ pub use local_cluster::LocalCluster;
 pub use metrics::{BATCH_BUCKETS, Histogram, LATENCY_BUCKETS, NodeMetrics, OUTCOMES, PeerMetrics, RequestKind};
 pub use node::{Applied, Consistency, Members, Node, NodeStatus, Worker, format_cluster_id};
 pub use state_machine::{QueryHandler, StateMachine};
-pub use transport::{NoPeers, SnapshotDone, SnapshotLoader, Transport};
+pub use transport::{MessageSink, NoPeers, SnapshotDone, SnapshotLoader, Transport};
 pub use wasmraft_raft::{Membership, NodeId, Role};
 pub use wasmraft_runtime::{CONTRACT_V1, CONTRACT_V2, EntryEvent, PluginConfig, PluginInfo};
 pub use wasmraft_storage::DeployedPlugin;

@@ -21,14 +21,15 @@ type Cuts = Arc<RwLock<HashSet<(u64, u64)>>>;
 
 /// Delivers messages straight into the recipient node's inbox, except on
 /// links the test has cut (fault injection at the transport edge).
+#[derive(Clone)]
 struct LocalTransport {
     id: u64,
     registry: Registry,
     cuts: Cuts,
 }
 
-impl Transport for LocalTransport {
-    fn send(&mut self, messages: Vec<Message>) {
+impl LocalTransport {
+    fn deliver(&self, messages: Vec<Message>) {
         let nodes = self.registry.read();
         let cuts = self.cuts.read();
         for m in messages {
@@ -40,6 +41,22 @@ impl Transport for LocalTransport {
                 node.step(m);
             }
         }
+    }
+}
+
+impl crate::transport::MessageSink for LocalTransport {
+    fn send(&self, messages: Vec<Message>) {
+        self.deliver(messages);
+    }
+}
+
+impl Transport for LocalTransport {
+    fn send(&mut self, messages: Vec<Message>) {
+        self.deliver(messages);
+    }
+
+    fn sink(&self) -> Option<Box<dyn crate::transport::MessageSink>> {
+        Some(Box::new(self.clone()))
     }
 
     fn send_snapshot(&mut self, message: Message, load: SnapshotLoader, done: SnapshotDone) {

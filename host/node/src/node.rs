@@ -244,6 +244,7 @@ impl Node {
         let (writer, writes) = crate::log_writer::LogWriter::thread();
         raft_loop.writer = writer;
         let (storage, written) = (node.inner.storage.clone(), raft_loop.self_tx.clone());
+        let sink = raft_loop.transport.sink();
         drop(starting);
         let (status, id) = (node.inner.status.clone(), node.id());
         // A worker that panics records why, once, so that the other worker
@@ -275,7 +276,7 @@ impl Node {
             spawn("apply", Box::new(move || worker.run(apply_tasks))),
             spawn("raft", Box::new(move || raft_loop.run())),
             // Ends when the Raft loop does (it drops the other end).
-            spawn("log-writer", Box::new(move || crate::log_writer::run(storage, writes, written))),
+            spawn("log-writer", Box::new(move || crate::log_writer::run(storage, writes, written, sink))),
         ];
         Ok(node)
     }

@@ -90,8 +90,8 @@ pub(crate) enum LoopMsg {
     /// The apply worker has applied through this index.
     Applied(Index),
     /// The log writer made the writes of the Ready in flight durable (how
-    /// long they took), or failed.
-    Persisted(Result<Duration, String>),
+    /// long they took, and the answers it did not send itself), or failed.
+    Persisted(Result<crate::log_writer::Written, String>),
     /// Fault injection: make a worker fail.
     InjectFault(crate::node::Worker),
     Shutdown,
@@ -743,15 +743,17 @@ impl<T: Transport> RaftLoop<T> {
 
     /// Finishes the Ready in flight if its writes ended (`persisted`), then
     /// takes Readies until one has writes to make: those go to the log
-    /// writer, and the rest of that Ready waits for them. While they run,
-    /// only the messages that need no write go out.
-    fn handle_readies(&mut self, persisted: Option<Result<Duration, String>>) -> Result<(), String> {
+    /// writer with the answers that wait on them (`log_writer`), and the
+    /// rest of that Ready waits for them. While they run, only the messages
+    /// that need no write go out.
+    fn handle_readies(&mut self, persisted: Option<Result<crate::log_writer::Written, String>>) -> Result<(), String> {
         if let Some(result) = persisted {
-            let InFlight { ready, sync, entries, .. } = self
+            let InFlight { mut ready, sync, entries, .. } = self
                 .in_flight
                 .take()
                 .ok_or("the log writer finished a write the Raft loop never gave it")?;
-            let took = result?;
+            let crate::log_writer::Written { took, unsent } = result?;
+            ready.persisted_messages.extend(unsent);
             if sync {
                 self.metrics.log_fsync.observe(took);
                 self.slow_syncs.note(took, entries);
@@ -837,10 +839,21 @@ impl<T: Transport> RaftLoop<T> {
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
                 let entries = rd.entries.len();
+                // The answers leave with the write (see `log_writer`),
+                // except behind a snapshot, which the apply side installs
+                // and which they must not overtake.
+                let answers = if rd.snapshot.is_none()
+                    && !rd.persisted_messages.iter().any(|m| matches!(m.body, MessageBody::InstallSnapshot { .. }))
+                {
+                    std::mem::take(&mut rd.persisted_messages)
+                } else {
+                    Vec::new()
+                };
                 self.writer.write(LogWrite {
                     entries: std::mem::take(&mut rd.entries),
                     hard_state: rd.hard_state,
                     sync,
+                    answers,
                 });
                 let started = self.now;
                 self.in_flight = Some(InFlight { ready: rd, sync, entries, started, reported: false });

@@ -35,6 +35,24 @@ pub trait Transport: Send + 'static {
     fn refused_as_non_member(&mut self) -> Option<(u64, u64)> {
         None
     }
+
+    /// A sender for the log writer's thread, if this transport has one: a
+    /// write's answers (a follower's append and vote answers, which may only
+    /// leave once the write is durable) then go out from the writer as soon
+    /// as it synced, rather than after a hand-off back to the Raft loop's
+    /// thread, on every write's critical path. Without one, the loop sends
+    /// them.
+    fn sink(&self) -> Option<Box<dyn MessageSink>> {
+        None
+    }
+}
+
+/// Sends Raft messages from another thread than the Raft loop's (see
+/// [`Transport::sink`]), with the transport's rules (its faults, its
+/// queues); never an `InstallSnapshot`.
+pub trait MessageSink: Send + 'static {
+    /// Queues `messages` for delivery; must not block.
+    fn send(&self, messages: Vec<Message>);
 }
 
 /// The transport of a single-node cluster: there is nobody to talk to.
