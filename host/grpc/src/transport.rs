@@ -76,7 +76,7 @@ struct Peers {
     lanes: Arc<parking_lot::RwLock<HashMap<NodeId, Lanes>>>,
 }
 
-impl Peers {
+impl MessageSink for Peers {
     fn send(&self, messages: Vec<Message>) {
         let lanes = self.lanes.read();
         for m in messages {
@@ -91,12 +91,6 @@ impl Peers {
                 None => tracing::warn!(to = m.to.0, "no address for peer; dropping a message"),
             }
         }
-    }
-}
-
-impl MessageSink for Peers {
-    fn send(&self, messages: Vec<Message>) {
-        Peers::send(self, messages);
     }
 }
 
@@ -233,7 +227,7 @@ impl GrpcTransport {
 
 impl Transport for GrpcTransport {
     fn send(&mut self, messages: Vec<Message>) {
-        self.peers.send(messages);
+        MessageSink::send(&self.peers, messages);
     }
 
     fn sink(&self) -> Option<Box<dyn MessageSink>> {

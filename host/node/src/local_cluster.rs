@@ -13,7 +13,7 @@ use wasmraft_raft::{Message, MessageBody, NodeId};
 use crate::config::NodeConfig;
 use crate::error::{Error, StartError};
 use crate::node::Node;
-use crate::transport::{SnapshotDone, SnapshotLoader, Transport};
+use crate::transport::{MessageSink, SnapshotDone, SnapshotLoader, Transport};
 
 type Registry = Arc<RwLock<HashMap<NodeId, Node>>>;
 /// Directed links that drop every message: (from, to).
@@ -28,8 +28,8 @@ struct LocalTransport {
     cuts: Cuts,
 }
 
-impl LocalTransport {
-    fn deliver(&self, messages: Vec<Message>) {
+impl MessageSink for LocalTransport {
+    fn send(&self, messages: Vec<Message>) {
         let nodes = self.registry.read();
         let cuts = self.cuts.read();
         for m in messages {
@@ -44,18 +44,12 @@ impl LocalTransport {
     }
 }
 
-impl crate::transport::MessageSink for LocalTransport {
-    fn send(&self, messages: Vec<Message>) {
-        self.deliver(messages);
-    }
-}
-
 impl Transport for LocalTransport {
     fn send(&mut self, messages: Vec<Message>) {
-        self.deliver(messages);
+        MessageSink::send(self, messages);
     }
 
-    fn sink(&self) -> Option<Box<dyn crate::transport::MessageSink>> {
+    fn sink(&self) -> Option<Box<dyn MessageSink>> {
         Some(Box::new(self.clone()))
     }
 

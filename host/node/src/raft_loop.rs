@@ -839,12 +839,11 @@ impl<T: Transport> RaftLoop<T> {
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
                 let entries = rd.entries.len();
-                // The answers leave with the write (see `log_writer`),
-                // except behind a snapshot, which the apply side installs
-                // and which they must not overtake.
-                let answers = if rd.snapshot.is_none()
-                    && !rd.persisted_messages.iter().any(|m| matches!(m.body, MessageBody::InstallSnapshot { .. }))
-                {
+                // The answers leave with the write (see `log_writer`); a
+                // snapshot this Ready carries is durable already (above).
+                // A sink takes no snapshot, which the core never sends as
+                // an answer.
+                let answers = if !rd.persisted_messages.iter().any(|m| matches!(m.body, MessageBody::InstallSnapshot { .. })) {
                     std::mem::take(&mut rd.persisted_messages)
                 } else {
                     Vec::new()
