@@ -23,6 +23,7 @@ mod envelope;
 mod error;
 mod forwarding;
 mod kv_plugin;
+mod lease_share;
 mod local_cluster;
 mod log_writer;
 mod metrics;

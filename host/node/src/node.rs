@@ -214,6 +214,8 @@ struct Inner {
     peer_inbox: Arc<crate::peer_inbox::PeerInbox>,
     /// Counters and latency histograms (`Node::metrics`).
     metrics: Arc<crate::metrics::NodeMetrics>,
+    /// The leader's lease as the Raft loop publishes it (lease reads).
+    lease: Arc<crate::lease_share::LeaseShare>,
 }
 
 impl Drop for Inner {
@@ -427,6 +429,7 @@ impl Node {
             wake: wake.clone(),
         };
         worker.publish_stored_wake_up().map_err(StartError::Recovery)?;
+        let lease = Arc::new(crate::lease_share::LeaseShare::default());
         let raft_loop = RaftLoop {
             raw,
             storage: storage.clone(),
@@ -434,6 +437,7 @@ impl Node {
             inbox: raft_rx,
             apply: Box::new(apply_tx),
             status: status.clone(),
+            lease: lease.clone(),
             tick_interval: config.tick_interval,
             next_tick: std::time::Instant::now(),
             sync_log: config.sync_log,
@@ -506,6 +510,7 @@ impl Node {
                 metrics,
                 cluster_id: Mutex::new(cluster_id),
                 removed,
+                lease,
             }),
         };
         Ok(Parts { node, raft_loop, worker, apply_tasks: apply_rx })
@@ -627,12 +632,15 @@ impl Node {
                 self.send(LoopMsg::ReadIndex { reply })?;
                 self.wait(rx).await??.0
             }
-            Consistency::Lease => {
-                self.await_leader().await?;
-                let (reply, rx) = oneshot::channel();
-                self.send(LoopMsg::LeaseRead { reply })?;
-                self.wait(rx).await??.0
-            }
+            Consistency::Lease => match self.lease_held(std::time::Instant::now()) {
+                Some(lease) => lease.commit,
+                None => {
+                    self.await_leader().await?;
+                    let (reply, rx) = oneshot::channel();
+                    self.send(LoopMsg::LeaseRead { reply })?;
+                    self.wait(rx).await??.0
+                }
+            },
         };
         self.wait_applied(index).await?;
         // At most `query_instances` queries run at once; more wait here,
@@ -745,6 +753,13 @@ impl Node {
             Ok(Err(_)) => Err(self.check_alive().err().unwrap_or(Error::Stopped)),
             Err(_) => Err(Error::Timeout),
         }
+    }
+
+    /// This node's lease if it holds at `now`, as the Raft loop last
+    /// published it (see `lease_share`): a lease read at its `commit` needs
+    /// no trip through the loop.
+    pub(crate) fn lease_held(&self, now: std::time::Instant) -> Option<crate::lease_share::Published> {
+        self.inner.lease.read(now)
     }
 
     pub(crate) fn send(&self, msg: LoopMsg) -> Result<(), Error> {

@@ -144,6 +144,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// or the simulation's apply step).
     pub apply: Box<dyn ApplyPort>,
     pub status: Arc<Mutex<NodeStatus>>,
+    /// The lease as published for reads that skip the loop.
+    pub lease: Arc<crate::lease_share::LeaseShare>,
     pub tick_interval: Duration,
     /// When the next tick is due.
     pub next_tick: Instant,
@@ -232,6 +234,12 @@ impl<T: Transport> RaftLoop<T> {
     /// Runs the loop on this thread until shutdown or a fatal error.
     pub fn run(mut self) {
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "raft");
+        self.run_turns();
+        // Nobody answers for this node's lease any more.
+        self.lease.publish(None);
+    }
+
+    fn run_turns(&mut self) {
         if self.start(Instant::now()) == Flow::Stop {
             return;
         }
@@ -289,6 +297,14 @@ impl<T: Transport> RaftLoop<T> {
     /// every `Ready`. `wall_ms` stamps proposals. The thread above and the
     /// deterministic simulation both drive the loop through this.
     pub fn turn(&mut self, first: Option<LoopMsg>, now: Instant, wall_ms: u64) -> Flow {
+        let flow = self.take_turn(first, now, wall_ms);
+        if flow == Flow::Stop {
+            self.lease.publish(None);
+        }
+        flow
+    }
+
+    fn take_turn(&mut self, first: Option<LoopMsg>, now: Instant, wall_ms: u64) -> Flow {
         let me = self.raw.id().0;
         self.now = now;
         // What arrived while the last Ready was being written joins one
@@ -450,7 +466,10 @@ impl<T: Transport> RaftLoop<T> {
                     self.transport.send(forwarding::refused(self.raw.id(), term, &[(to, seq)], &outcome));
                 }
                 LoopMsg::TransferLeader { to, reply } => {
-                    let result = self.raw.transfer_leader(to).map_err(propose_error);
+                    let result = self.raw.transfer_leader(to).map_err(|e| match e {
+                        e @ ProposeError::TransferInProgress { .. } => Error::Busy(format!("{e}; retry once it ends")),
+                        e => propose_error(e),
+                    });
                     let _ = reply.send(result);
                 }
                 LoopMsg::Members { reply } => {
@@ -710,6 +729,10 @@ impl<T: Transport> RaftLoop<T> {
     /// Sends messages; snapshots go with their data, read from storage by
     /// the transport.
     fn send(&mut self, messages: Vec<Message>) {
+        // A commit index these carry (the core may have moved it since the
+        // turn began: its own log write can complete a quorum) is published
+        // before anyone can learn of it.
+        self.publish_lease();
         let (snapshots, rest): (Vec<_>, Vec<_>) = messages
             .into_iter()
             .partition(|m| matches!(m.body, MessageBody::InstallSnapshot { .. }));
@@ -747,6 +770,11 @@ impl<T: Transport> RaftLoop<T> {
     /// rest of that Ready waits for them. While they run, only the messages
     /// that need no write go out.
     fn handle_readies(&mut self, persisted: Option<Result<crate::log_writer::Written, String>>) -> Result<(), String> {
+        // The lease as the turn's steps left it (extended by heartbeat
+        // answers, ended by a higher term or a transfer); published again
+        // before each send and apply, which may follow a commit the core
+        // made meanwhile (see `lease_share`).
+        self.publish_lease();
         if let Some(result) = persisted {
             let InFlight { mut ready, sync, entries, .. } = self
                 .in_flight
@@ -872,6 +900,20 @@ impl<T: Transport> RaftLoop<T> {
         Ok(())
     }
 
+    /// Publishes the core's lease for reads that skip the loop: it holds
+    /// until the tick that would end it in the core is due.
+    fn publish_lease(&self) {
+        let lease = self.raw.lease().map(|l| {
+            let ticks = u32::try_from(l.ticks_left - 1).unwrap_or(u32::MAX);
+            crate::lease_share::Published {
+                term: self.raw.role_and_term().1.0,
+                commit: l.commit.0,
+                until: self.next_tick + self.tick_interval.saturating_mul(ticks),
+            }
+        });
+        self.lease.publish(lease);
+    }
+
     /// Answers the reads waiting on these ReadIndex rounds.
     fn answer_reads(&mut self, read_states: &[wasmraft_raft::ReadState]) {
         for rs in read_states {
@@ -887,6 +929,7 @@ impl<T: Transport> RaftLoop<T> {
     /// goes out, committed entries go to apply, reads are answered, and the
     /// core learns the Ready is done.
     fn finish_ready(&mut self, mut rd: Ready) -> Result<(), String> {
+        self.publish_lease();
         self.send(std::mem::take(&mut rd.persisted_messages));
         if let Some(last) = rd.committed_entries.last() {
             // A retry's waiter would come after the entry it waits for.
@@ -951,6 +994,9 @@ fn wall_clock_ms() -> u64 {
 pub(crate) fn propose_error(e: ProposeError) -> Error {
     match e {
         ProposeError::NotLeader { leader } => Error::NotLeader { leader },
+        // Leadership is on its way to `to`: nothing changed, and the
+        // client retries there (etcd's clients: "leader changed").
+        ProposeError::TransferInProgress { to } => Error::NotLeader { leader: Some(to) },
         other => Error::Invalid(other.to_string()),
     }
 }

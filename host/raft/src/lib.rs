@@ -245,8 +245,8 @@ pub use progress::{Progress, ProgressState};
 pub use raw_node::{Early, RawNode, Ready, Status};
 pub use storage::LogReader;
 pub use types::{
-    Entry, EntryPayload, HardState, Index, LogId, Membership, MembershipChange, NodeId, ReadId,
-    ReadState, Role, SnapshotMeta, SoftState, Term,
+    Entry, EntryPayload, HardState, Index, Lease, LogId, Membership, MembershipChange, NodeId,
+    ReadId, ReadState, Role, SnapshotMeta, SoftState, Term,
 };
 
 #[cfg(any(test, feature = "fuzzing"))]

@@ -10,7 +10,7 @@ use crate::progress::Progress;
 use crate::raft::Raft;
 use crate::storage::LogReader;
 use crate::types::{
-    Entry, HardState, Index, LogId, Membership, MembershipChange, NodeId, ReadId, ReadState, Role,
+    Entry, HardState, Index, Lease, LogId, Membership, MembershipChange, NodeId, ReadId, ReadState, Role,
     SnapshotMeta, SoftState, Term,
 };
 
@@ -241,6 +241,16 @@ impl<L: LogReader> RawNode<L> {
     #[must_use]
     pub fn lease_read(&self) -> Option<Index> {
         self.raft.lease_read()
+    }
+
+    /// Like [`lease_read`](Self::lease_read), with the ticks the lease
+    /// still holds for: it holds until the core's clock reaches `now +
+    /// ticks_left`, so a driver may serve lease reads without the core
+    /// until the real time that tick is due, unless it hears otherwise
+    /// first (see `transfer_leader`, which ends the lease at once).
+    #[must_use]
+    pub fn lease(&self) -> Option<Lease> {
+        self.raft.lease().map(|(commit, ticks_left)| Lease { commit, ticks_left })
     }
 
     /// The transport cannot reach `peer`.

@@ -236,6 +236,17 @@ pub struct ReadState {
     pub index: Index,
 }
 
+/// A leader's lease, from [`lease`](crate::RawNode::lease): reads may be
+/// served at `commit` without a round until the core's clock has advanced
+/// `ticks_left` more ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The commit index: serve a read once `applied >= commit`.
+    pub commit: Index,
+    /// Ticks until the lease ends (at least one).
+    pub ticks_left: u64,
+}
+
 /// A membership change requested of the leader, turned into one log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MembershipChange {

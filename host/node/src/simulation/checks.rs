@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry as Slot;
 use std::hash::{Hash, Hasher};
+use std::time::Instant;
 
 use wasmraft_raft::{Index, Role};
 
@@ -61,6 +62,20 @@ impl Checks {
     /// Committed indexes seen so far.
     pub fn committed(&self) -> usize {
         self.committed.len()
+    }
+
+    /// A lease is exclusive: while node `id`'s published lease holds at
+    /// `now`, no node has led a later term (voters refuse one until the
+    /// lease has ended, or it was withdrawn before a transfer).
+    pub fn lease_exclusive(&self, id: u64, node: &Node, now: Instant) -> Result<(), String> {
+        let Some(lease) = node.lease_held(now) else { return Ok(()) };
+        match self.leaders.range(lease.term + 1..).next() {
+            Some((term, leader)) => Err(format!(
+                "node {id}'s lease of term {} holds while node {leader} has led term {term}",
+                lease.term
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Checks what node `id` shows now.

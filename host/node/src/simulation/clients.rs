@@ -10,6 +10,7 @@
 //! nothing and is simply left out of the history.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use tokio::sync::oneshot;
@@ -41,8 +42,9 @@ enum Attempt {
     /// forwards the put to the leader in its Raft stream).
     Propose { rx: oneshot::Receiver<Result<Applied, Error>>, sent_at: u64, via_follower: bool },
     ReadIndex { node: u64, rx: oneshot::Receiver<Result<Index, Error>>, sent_at: u64 },
-    /// The read index is known; waiting for the node to apply it.
-    WaitApplied { node: u64, index: u64, sent_at: u64 },
+    /// The read index is known (`from_lease`: from the lease the node
+    /// published, not from its Raft loop); waiting for the node to apply it.
+    WaitApplied { node: u64, index: u64, sent_at: u64, from_lease: bool },
 }
 
 struct InFlight {
@@ -70,6 +72,8 @@ pub(super) struct Outcomes {
     /// Puts acknowledged by a node that did not lead when they were sent.
     pub follower_puts: u64,
     pub reads: u64,
+    /// Reads served from the published lease, without the Raft loop.
+    pub lease_share_reads: u64,
     pub retries: u64,
     /// Something no correct node answers, with why.
     pub violation: Option<String>,
@@ -79,15 +83,17 @@ pub(super) struct Clients {
     clients: Vec<Client>,
     /// Event times for the history: strictly increasing.
     clock: u64,
+    /// The simulated clock's zero: millisecond `t` is `base + t`.
+    base: Instant,
     pub outcomes: Outcomes,
 }
 
 impl Clients {
-    pub fn new(count: u64, nodes: u64) -> Self {
+    pub fn new(count: u64, nodes: u64, base: Instant) -> Self {
         let clients = (0..count)
             .map(|i| Client { id: 1000 + i, sequence: 0, target: 1 + i % nodes, next_op_at: 0, current: None })
             .collect();
-        Clients { clients, clock: 0, outcomes: Outcomes::default() }
+        Clients { clients, clock: 0, base, outcomes: Outcomes::default() }
     }
 
     fn stamp(&mut self, now_ms: u64) -> u64 {
@@ -135,7 +141,7 @@ impl Clients {
                     client.target = 1 + rng.below(nodes);
                     Attempt::Backoff { until: now + 5 }
                 }
-                Some(node) => send(&node, &flight.op, client.id, now),
+                Some(node) => send(&node, &flight.op, client.id, now, self.base + Duration::from_millis(now)),
             },
             Attempt::Propose { mut rx, sent_at, via_follower } => match rx.try_recv() {
                 Ok(Ok(_applied)) => {
@@ -167,7 +173,7 @@ impl Clients {
                 }
             },
             Attempt::ReadIndex { node, mut rx, sent_at } => match rx.try_recv() {
-                Ok(Ok(index)) => Attempt::WaitApplied { node, index: index.0, sent_at },
+                Ok(Ok(index)) => Attempt::WaitApplied { node, index: index.0, sent_at, from_lease: false },
                 Ok(Err(e)) => {
                     if let Error::NotLeader { leader: Some(l) } = e {
                         client.target = l.0;
@@ -183,12 +189,15 @@ impl Clients {
                     Attempt::Backoff { until: now }
                 }
             },
-            Attempt::WaitApplied { node: id, index, sent_at } => match live(id) {
+            Attempt::WaitApplied { node: id, index, sent_at, from_lease } => match live(id) {
                 Some(node) if node.status().applied >= index => {
                     let Op::Get { key, .. } = &flight.op else { unreachable!("only reads wait") };
                     match node.query_applied(&get_request(key)) {
                         Ok(bytes) => match decode_value(&bytes) {
-                            Ok(value) => done = Some(Some(value.map_or_else(KvOutput::absent, KvOutput::value))),
+                            Ok(value) => {
+                                self.outcomes.lease_share_reads += u64::from(from_lease);
+                                done = Some(Some(value.map_or_else(KvOutput::absent, KvOutput::value)));
+                            }
                             Err(e) => {
                                 self.outcomes.violation.get_or_insert(format!("undecodable read: {e}"));
                                 done = Some(None);
@@ -201,7 +210,7 @@ impl Clients {
                     }
                     Attempt::Backoff { until: now }
                 }
-                Some(_) if now < sent_at + ATTEMPT_MS => Attempt::WaitApplied { node: id, index, sent_at },
+                Some(_) if now < sent_at + ATTEMPT_MS => Attempt::WaitApplied { node: id, index, sent_at, from_lease },
                 _ => {
                     done = Some(None);
                     Attempt::Backoff { until: now }
@@ -241,7 +250,7 @@ impl Clients {
 }
 
 /// Sends `op` to `node` through the Raft loop's inbox.
-fn send(node: &Node, op: &Op, client: u64, now: u64) -> Attempt {
+fn send(node: &Node, op: &Op, client: u64, now: u64, at: Instant) -> Attempt {
     match op {
         Op::Put { key, value, sequence } => {
             let (reply, rx) = oneshot::channel();
@@ -251,6 +260,11 @@ fn send(node: &Node, op: &Op, client: u64, now: u64) -> Attempt {
             Attempt::Propose { rx, sent_at: now, via_follower }
         }
         Op::Get { lease, .. } => {
+            // As `Node::query` serves one: from the published lease if it
+            // holds, else through the loop.
+            if *lease && let Some(held) = node.lease_held(at) {
+                return Attempt::WaitApplied { node: node.id(), index: held.commit, sent_at: now, from_lease: true };
+            }
             let (reply, rx) = oneshot::channel();
             let _ = node.send(if *lease { LoopMsg::LeaseRead { reply } } else { LoopMsg::ReadIndex { reply } });
             Attempt::ReadIndex { node: node.id(), rx, sent_at: now }

@@ -12,25 +12,26 @@
 //! node, or set a crash point that fails its storage after its next few
 //! write batches (so that crashes land between any two writes: an append,
 //! an applied batch, a snapshot, a hash record); restart crashed nodes from
-//! their directories; let a node's apply worker lag behind its log; step a
-//! node's wall clock by up to 10 s (they start up to 300 ms apart); and
-//! give every running node a Raft loop turn. Clients put (tagged, retried
-//! until acknowledged) and read (ReadIndex and lease) a few shared keys;
-//! lease holders grant etcd leases, attach a key and keep them alive
-//! through the leader's ticks, and now and then stop (`leases`); an
-//! operator grows the cluster from three voters to four (the new
-//! node's address, a learner, then a voter through joint consensus; it
-//! catches up by snapshot). Then faults stop, every node runs, and the run
-//! must converge.
+//! their directories; let a node's apply worker lag behind its log; pause a
+//! node's Raft loop for up to 420 ms; ask the leader to hand leadership on;
+//! step a node's wall clock by up to 10 s (they start up to 300 ms apart);
+//! and give every running node a Raft loop turn. Clients put (tagged,
+//! retried until acknowledged) and read (ReadIndex and lease, the latter
+//! from the node's published lease when it holds) a few shared keys; lease
+//! holders grant etcd leases, attach a key and keep them alive through the
+//! leader's ticks, and now and then stop (`leases`); an operator grows the
+//! cluster from three voters to four (the new node's address, a learner,
+//! then a voter through joint consensus; it catches up by snapshot). Then
+//! faults stop, every node runs, and the run must converge.
 //!
-//! Checked: election safety and committed-entry agreement at every step
-//! (`checks`), no failure but injected crashes, no keyspace divergence;
-//! at the end, replicas agree on applied index, keyspace, sessions and
-//! membership; every key's version equals its acknowledged puts (exactly
-//! once); the client history is linearizable (`wasmraft-lincheck`); no
-//! lease was revoked early, in log time or real time, every replica
-//! revoked each at the same entry, and the leases of stopped holders went
-//! within their bound (`leases`).
+//! Checked: election safety, committed-entry agreement and exclusive leader
+//! leases at every step (`checks`), no failure but injected crashes, no
+//! keyspace divergence; at the end, replicas agree on applied index,
+//! keyspace, sessions and membership; every key's version equals its
+//! acknowledged puts (exactly once); the client history is linearizable
+//! (`wasmraft-lincheck`); no lease was revoked early, in log time or real
+//! time, every replica revoked each at the same entry, and the leases of
+//! stopped holders went within their bound (`leases`).
 //!
 //! `WASMRAFT_DRIVER_SIM_SEEDS` (default 12) seeds of
 //! `WASMRAFT_DRIVER_SIM_MILLIS` (default 3000) simulated milliseconds run
@@ -79,6 +80,10 @@ pub(crate) struct Stats {
     pub crash_points_hit: u64,
     pub restarts: u64,
     pub partitions: u64,
+    /// Raft loops paused for a while (`World::paused`).
+    pub pauses: u64,
+    /// Leader transfers asked for.
+    pub transfers: u64,
     pub clock_steps: u64,
     pub messages: u64,
     pub dropped: u64,
@@ -93,6 +98,8 @@ pub(crate) struct Stats {
     /// Puts a follower took and answered (it forwarded them).
     pub follower_puts: u64,
     pub reads: u64,
+    /// Reads served from a node's published lease (`lease_share`).
+    pub lease_share_reads: u64,
     pub retries: u64,
     /// Seeds whose joining node became a voter before faults stopped.
     pub joined_under_faults: u64,
@@ -109,6 +116,8 @@ impl Stats {
         self.crash_points_hit += o.crash_points_hit;
         self.restarts += o.restarts;
         self.partitions += o.partitions;
+        self.pauses += o.pauses;
+        self.transfers += o.transfers;
         self.clock_steps += o.clock_steps;
         self.messages += o.messages;
         self.dropped += o.dropped;
@@ -119,6 +128,7 @@ impl Stats {
         self.puts += o.puts;
         self.follower_puts += o.follower_puts;
         self.reads += o.reads;
+        self.lease_share_reads += o.lease_share_reads;
         self.retries += o.retries;
         self.joined_under_faults += o.joined_under_faults;
         self.leases.add(&o.leases);
@@ -171,6 +181,9 @@ struct World {
     net: Vec<InFlight>,
     /// Nodes cut off from every other, until a time.
     isolated: BTreeMap<u64, u64>,
+    /// Nodes whose Raft loop takes no turn until a time (a stalled thread,
+    /// a paused process), while their clients and apply worker go on.
+    paused: BTreeMap<u64, u64>,
     clients: Clients,
     leases: Leases,
     /// Since the lease holders stopped: the time without a leader, and the
@@ -233,7 +246,8 @@ impl World {
             outbox,
             net: Vec::new(),
             isolated: BTreeMap::new(),
-            clients: Clients::new(CLIENTS, FOUNDERS),
+            paused: BTreeMap::new(),
+            clients: Clients::new(CLIENTS, FOUNDERS, base),
             leases: Leases::new(HOLDERS, FOUNDERS),
             holders_stopped: None,
             elections_at: BTreeMap::new(),
@@ -272,8 +286,9 @@ impl World {
             self.inject_faults();
         }
         self.isolated.retain(|_, until| *until > self.now);
+        self.paused.retain(|_, until| *until > self.now);
         self.restart_due()?;
-        self.route();
+        self.route()?;
         self.deliver();
         let mut ids: Vec<u64> = self.slots.keys().copied().collect();
         // Nodes take their turns in a random order.
@@ -284,7 +299,7 @@ impl World {
         let wall_ms = 1_700_000_000_000 + self.now;
         for id in ids {
             let wall_ms = wall_ms.saturating_add_signed(self.slots[&id].wall_offset_ms);
-            let stall = faults && self.rng.chance(0.02);
+            let stall = faults && self.rng.chance(0.02) || self.paused.contains_key(&id);
             let lag = self.rng.chance(0.3);
             let slow_disk = self.rng.chance(0.3);
             let Some(live) = self.slots.get_mut(&id).and_then(|s| s.live.as_mut()) else { continue };
@@ -310,6 +325,7 @@ impl World {
         for (id, slot) in &self.slots {
             if let Some(live) = &slot.live {
                 self.checks.observe(*id, &live.node)?;
+                self.checks.lease_exclusive(*id, &live.node, now)?;
                 self.leases.observe(self.now, *id, &live.node);
             }
         }
@@ -366,6 +382,26 @@ impl World {
             self.stats.partitions += 1;
             trace!(self, "node {id} cut off until {until} ms");
         }
+        if self.rng.chance(0.0005)
+            && let Some(leader) = self.leader()
+        {
+            // An operator hands leadership on: the target's election skips
+            // the voters' lease guard, so the leader's lease must end first.
+            let to = *self.rng.pick(&ids);
+            let (reply, _) = tokio::sync::oneshot::channel();
+            let _ = leader.send(crate::raft_loop::LoopMsg::TransferLeader { to: wasmraft_raft::NodeId(to), reply });
+            self.stats.transfers += 1;
+            trace!(self, "leader {} asked to hand leadership to node {to}", leader.id());
+        }
+        if self.rng.chance(0.001) {
+            // Past an election timeout or not: a leader's lease must end
+            // on time even if its loop is not there to end it.
+            let id = *self.rng.pick(&ids);
+            let until = self.now + 20 + self.rng.below(400);
+            self.paused.insert(id, until);
+            self.stats.pauses += 1;
+            trace!(self, "node {id}'s Raft loop paused until {until} ms");
+        }
     }
 
     /// Takes down nodes that stopped: a crash point reached, or a loop
@@ -412,10 +448,15 @@ impl World {
 
     /// Puts what nodes sent on the network, with loss, delay and
     /// duplication.
-    fn route(&mut self) {
+    fn route(&mut self) -> Result<(), String> {
         let sent = std::mem::take(&mut *self.outbox.lock());
+        // Sent during the last millisecond's turns.
+        let sent_at = self.base + Duration::from_millis(self.now - 1);
         for (from, out) in sent {
             self.stats.messages += 1;
+            if let Outgoing::Message(m) = &out {
+                self.lease_covers(from, m, sent_at)?;
+            }
             let (to, delivery) = match out {
                 Outgoing::Message(m) => (m.to.0, Delivery::Message(m)),
                 Outgoing::Snapshot(m, data, done) => (m.to.0, Delivery::Snapshot(m, data, done)),
@@ -435,6 +476,24 @@ impl World {
                 }
             }
             self.net.push(InFlight { at: self.now + delay, to, delivery });
+        }
+        Ok(())
+    }
+
+    /// A leader tells no one of a commit index past the one its lease
+    /// publishes: a follower that learned it could acknowledge a write that
+    /// a lease read on the leader then misses.
+    fn lease_covers(&self, from: u64, m: &Message, sent_at: Instant) -> Result<(), String> {
+        let commit = match m.body {
+            wasmraft_raft::MessageBody::AppendEntries { commit, .. } | wasmraft_raft::MessageBody::Heartbeat { commit, .. } => commit.0,
+            _ => return Ok(()),
+        };
+        match self.node(from).and_then(|n| n.lease_held(sent_at)) {
+            Some(lease) if lease.term == m.term.0 && commit > lease.commit => Err(format!(
+                "node {from} sent commit {commit} to node {} while its lease publishes index {}",
+                m.to.0, lease.commit
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -505,6 +564,7 @@ pub(crate) fn run_seed(seed: u64, millis: u64, trace: bool) -> Result<Stats, Str
     w.stats.committed = w.checks.committed() as u64;
     let o = &w.clients.outcomes;
     (w.stats.puts, w.stats.follower_puts, w.stats.reads, w.stats.retries) = (o.puts, o.follower_puts, o.reads, o.retries);
+    w.stats.lease_share_reads = o.lease_share_reads;
     w.stats.leases = w.leases.stats.clone();
     match result {
         Ok(()) => Ok(w.stats.clone()),
@@ -526,6 +586,7 @@ fn run(w: &mut World, millis: u64) -> Result<(), String> {
     w.holders_stopped = Some(HoldersStopped { leaderless_ms: 0, elections_before: w.checks.elections() });
     w.stats.joined_under_faults = u64::from(w.admin.done());
     w.isolated.clear();
+    w.paused.clear();
     for slot in w.slots.values_mut() {
         slot.down_until = slot.down_until.min(w.now);
         if let Some(live) = &slot.live {
@@ -612,6 +673,7 @@ fn run_seeds(shard: u64, shards: u64) {
     }
     assert!(total.seeds > 0, "no seed ran");
     assert!(total.follower_puts > 0, "no put went through a follower: forwarding untested");
+    assert!(total.lease_share_reads > 0, "no read was served from a published lease: lease reads untested");
 }
 
 #[test]

@@ -201,4 +201,10 @@ impl<L: LogReader> Raft<L> {
             && self.now < self.lease_until;
         valid.then_some(self.log.committed)
     }
+
+    /// The commit index and the ticks the lease still holds for (at least
+    /// one), if it holds.
+    pub(crate) fn lease(&self) -> Option<(Index, u64)> {
+        self.lease_read().map(|commit| (commit, self.lease_until - self.now))
+    }
 }

@@ -1,7 +1,7 @@
 //! ReadIndex batching, round tokens and the lease.
 
 use super::*;
-use crate::{Config, EntryPayload, LogId, ProposeError, ReadId};
+use crate::{Config, EntryPayload, Lease, LogId, ProposeError, ReadId};
 
 fn hb_ack(from: u64, to: u64, term: u64, token: u64) -> Message {
     msg(from, to, term, MessageBody::HeartbeatResponse { token })
@@ -205,13 +205,16 @@ fn lease_counts_from_when_the_round_was_sent() {
     n.step(hb_ack(2, 1, 1, t)).unwrap();
     let _ = drive(&mut n);
     // Lease = election_tick 10 - drift 2 = 8 ticks from the send.
+    assert_eq!(n.lease(), Some(Lease { commit: Index(1), ticks_left: sent + 8 - n.status().now }));
     while n.status().now < sent + 7 {
         n.tick();
         let _ = drive(&mut n);
     }
     assert_eq!(n.lease_read(), Some(Index(1)));
+    assert_eq!(n.lease(), Some(Lease { commit: Index(1), ticks_left: 1 }));
     n.tick();
     assert_eq!(n.status().now, sent + 8);
+    assert_eq!(n.lease(), None);
     assert_eq!(
         n.lease_read(),
         None,
