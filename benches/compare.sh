@@ -5,7 +5,9 @@
 # three servers' user+system CPU from /proc). Wasmraft is driven twice: by
 # etcd's own benchmark tool through etcd's API (the same client as etcd's
 # rows: "wasmraft (etcd tool) raw"), and by wasmraft-bench through
-# `wasmraft.v1` (which also has lease and eventual reads).
+# `wasmraft.v1` (which also has lease and eventual reads, and reads at the
+# leader). etcd's tool runs workloads a to e of ../shared/tools/etcd-bench.sh
+# and txn-put (benches/etcd-txn-put.sh) on both.
 #
 #   benches/compare.sh                 # defaults below
 #   TOTAL=100000 A_TOTAL=10000 benches/compare.sh
