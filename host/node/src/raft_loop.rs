@@ -234,9 +234,10 @@ impl<T: Transport> RaftLoop<T> {
     /// Runs the loop on this thread until shutdown or a fatal error.
     pub fn run(mut self) {
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "raft");
+        // Nobody answers for this node's lease once the loop ends, also by
+        // a panic.
+        let _withdraw = WithdrawLease(self.lease.clone());
         self.run_turns();
-        // Nobody answers for this node's lease any more.
-        self.lease.publish(None);
     }
 
     fn run_turns(&mut self) {
@@ -974,6 +975,15 @@ impl<T: Transport> RaftLoop<T> {
             }
         }
         Ok(())
+    }
+}
+
+/// Withdraws the published lease when dropped.
+struct WithdrawLease(Arc<crate::lease_share::LeaseShare>);
+
+impl Drop for WithdrawLease {
+    fn drop(&mut self) {
+        self.0.publish(None);
     }
 }
 

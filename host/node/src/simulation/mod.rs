@@ -299,16 +299,18 @@ impl World {
         let wall_ms = 1_700_000_000_000 + self.now;
         for id in ids {
             let wall_ms = wall_ms.saturating_add_signed(self.slots[&id].wall_offset_ms);
-            let stall = faults && self.rng.chance(0.02) || self.paused.contains_key(&id);
+            let paused = self.paused.contains_key(&id);
+            let stall = faults && self.rng.chance(0.02) || paused;
             let lag = self.rng.chance(0.3);
             let slow_disk = self.rng.chance(0.3);
             let Some(live) = self.slots.get_mut(&id).and_then(|s| s.live.as_mut()) else { continue };
+            // The apply worker runs behind the Raft loop now and then, and
+            // on while the loop is paused.
+            if !lag && (paused || !stall) {
+                live.apply(usize::MAX);
+            }
             if stall {
                 continue;
-            }
-            // The apply worker runs behind the Raft loop now and then.
-            if !lag {
-                live.apply(usize::MAX);
             }
             live.turn(now, wall_ms, slow_disk);
             self.stats.turns += 1;
