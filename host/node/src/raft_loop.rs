@@ -333,6 +333,15 @@ impl<T: Transport> RaftLoop<T> {
         // message from the inbox).
         let mut append_held = false;
         let mut append_deferred = None;
+        // A follower catches up on missed ticks before it steps what waited
+        // meanwhile: acknowledging a heartbeat at a stale tick would extend
+        // the leader's lease while its own vote guard, counted from that
+        // tick, lapses as soon as the ticks catch up. (A leader steps first:
+        // acknowledgements waiting in its inbox still count for its quorum,
+        // and its lease counts from when each round was sent.)
+        if self.raw.role_and_term().0 != Role::Leader {
+            self.catch_up_ticks(now);
+        }
         let mut next = first;
         loop {
             let (msg, from_inbox) = match next.take() {
@@ -496,7 +505,8 @@ impl<T: Transport> RaftLoop<T> {
         // Catch up on every tick missed while this process was stalled
         // (a pause, a slow fsync) before anything reads the core's clock:
         // a leader paused past its lease must not serve lease reads on
-        // resume as if no time had passed.
+        // resume as if no time had passed. (A follower did so above; one
+        // that just stepped down may have a tick to take.)
         self.catch_up_ticks(now);
         // Lease reads right after the clock caught up.
         for reply in lease_reads {
