@@ -940,7 +940,8 @@ impl<T: Transport> RaftLoop<T> {
     /// goes out, committed entries go to apply, reads are answered, and the
     /// core learns the Ready is done.
     fn finish_ready(&mut self, mut rd: Ready) -> Result<(), String> {
-        self.publish_lease();
+        // `send` publishes the lease first, also with nothing to send: so
+        // before the committed entries below go to apply.
         self.send(std::mem::take(&mut rd.persisted_messages));
         if let Some(last) = rd.committed_entries.last() {
             // A retry's waiter would come after the entry it waits for.

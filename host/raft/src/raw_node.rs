@@ -250,7 +250,7 @@ impl<L: LogReader> RawNode<L> {
     /// first (see `transfer_leader`, which ends the lease at once).
     #[must_use]
     pub fn lease(&self) -> Option<Lease> {
-        self.raft.lease().map(|(commit, ticks_left)| Lease { commit, ticks_left })
+        self.raft.lease()
     }
 
     /// The transport cannot reach `peer`.

@@ -18,7 +18,7 @@ use crate::message::MessageBody;
 use crate::progress::HeartbeatFollowUp;
 use crate::quorum::{VoteResult, quorum_value, quorum_vote};
 use crate::storage::LogReader;
-use crate::types::{Index, NodeId, ReadId, ReadState, Role};
+use crate::types::{Index, Lease, NodeId, ReadId, ReadState, Role};
 
 impl<L: LogReader> Raft<L> {
     pub(crate) fn tick_leader(&mut self) {
@@ -202,9 +202,9 @@ impl<L: LogReader> Raft<L> {
         valid.then_some(self.log.committed)
     }
 
-    /// The commit index and the ticks the lease still holds for (at least
-    /// one), if it holds.
-    pub(crate) fn lease(&self) -> Option<(Index, u64)> {
-        self.lease_read().map(|commit| (commit, self.lease_until - self.now))
+    /// The lease with the ticks it still holds for (at least one), if it
+    /// holds.
+    pub(crate) fn lease(&self) -> Option<Lease> {
+        self.lease_read().map(|commit| Lease { commit, ticks_left: self.lease_until - self.now })
     }
 }
