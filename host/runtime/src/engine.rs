@@ -76,6 +76,11 @@ impl PluginEngine {
             .memory_init_cow(false)
             .max_wasm_stack(config.max_wasm_stack_bytes)
             .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pooling(&config)));
+        // For profiling plugins with `perf` (docs/writing-a-plugin.md): names
+        // the compiled code, changes nothing of how it runs.
+        if std::env::var_os("WASMRAFT_PLUGIN_PERF_MAP").is_some_and(|v| v == "1") {
+            c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = wasmtime::Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         start_watchdog_clock(&engine);
         Ok(Self { engine, config: Arc::new(config), slots: Arc::new(InstanceSlots::new(Need { memories: MEMORY_SLOTS, tables: TABLE_SLOTS })) })

@@ -59,6 +59,14 @@ fn bench(c: &mut Criterion) {
             assert!(s.consistent_reader().get(&keys[at]).unwrap().is_some());
         })
     });
+    // What a put of a new key reads first: a key no memtable or table holds.
+    g.bench_function("get_absent_1_of_300000", |b| {
+        let mut at = 0u64;
+        b.iter(|| {
+            at = (at + 997) % 300_000;
+            assert!(s.consistent_reader().get(format!("{at:08}x").as_bytes()).unwrap().is_none());
+        })
+    });
     g.finish();
 }
 

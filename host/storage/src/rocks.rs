@@ -420,6 +420,14 @@ fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
         };
         cf.set_write_buffer_size(size);
         cf.set_max_write_buffer_number(count);
+        if name == CF_STATE {
+            // Every put reads its key first, and most such reads find it in
+            // a table file or nowhere: a whole-key filter in each memtable
+            // (about 2% of its size) spares them the search through each
+            // memtable's skip list.
+            cf.set_memtable_prefix_bloom_ratio(0.02);
+            cf.set_memtable_whole_key_filtering(true);
+        }
         if name == CF_LOG {
             // Entries live until the next snapshot and are read back to
             // replicate them: compressing them spent the leader's CPU on
