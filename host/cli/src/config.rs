@@ -133,6 +133,9 @@ pub struct RaftSection {
     pub heartbeat_ticks: u64,
     /// Snapshot and compact the log after this many applied entries (0: never).
     pub snapshot_entries: u64,
+    /// Or once the commands applied since the last snapshot carry this many
+    /// bytes (0: entries alone count).
+    pub snapshot_log_bytes: u64,
     /// Compare replicas' keyspace hashes every this many applied entries
     /// (0: only with `wasmraft check`).
     pub hash_check_entries: u64,
@@ -146,6 +149,7 @@ impl Default for RaftSection {
             election_ticks: d.election_ticks,
             heartbeat_ticks: d.heartbeat_ticks,
             snapshot_entries: d.snapshot_entries,
+            snapshot_log_bytes: d.snapshot_log_bytes,
             hash_check_entries: d.hash_check_entries,
         }
     }
@@ -317,6 +321,7 @@ impl FileConfig {
             election_ticks: self.raft.election_ticks,
             heartbeat_ticks: self.raft.heartbeat_ticks,
             snapshot_entries: self.raft.snapshot_entries,
+            snapshot_log_bytes: self.raft.snapshot_log_bytes,
             hash_check_entries: self.raft.hash_check_entries,
             sync_log: self.sync_log,
             plugin: PluginConfig {

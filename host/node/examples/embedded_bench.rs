@@ -77,6 +77,8 @@ async fn run(args: Args) {
             leader.propose(RequestOp { request: Some(Request::RequestPut(put)) }.encode_to_vec()).await.unwrap();
         }
     }
+    let nodes = cluster.nodes();
+    let before: Vec<Pipeline> = nodes.iter().map(Pipeline::of).collect();
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -126,4 +128,54 @@ async fn run(args: Args) {
         pct(0.99),
         pct(0.999)
     );
+    // Where a request's time went, per node, over the measured run.
+    for (node, before) in nodes.iter().zip(before) {
+        println!("  node {}: {}", node.id(), Pipeline::of(node).since(&before));
+    }
+}
+
+/// A node's counters that say where requests wait: its synced log writes,
+/// its commits as leader, its apply batches and its ReadIndex rounds.
+struct Pipeline {
+    fsyncs: (u64, f64),
+    commits: (u64, f64),
+    apply_batches: (u64, f64),
+    applies: (u64, f64),
+    read_rounds: u64,
+}
+
+impl Pipeline {
+    fn of(node: &wasmraft_node::Node) -> Self {
+        let m = node.metrics();
+        let count_sum = |h: &wasmraft_node::Histogram| {
+            let (_, count, sum) = h.read();
+            (count, sum)
+        };
+        Pipeline {
+            fsyncs: count_sum(&m.log_fsync),
+            commits: count_sum(&m.commit_latency),
+            apply_batches: count_sum(&m.apply_batch_size),
+            applies: count_sum(&m.apply_latency),
+            read_rounds: m.read_index_rounds.load(Ordering::Relaxed),
+        }
+    }
+
+    fn since(&self, before: &Pipeline) -> String {
+        let mean = |(n, s): (u64, f64), (n0, s0): (u64, f64)| {
+            let n = n - n0;
+            (n, if n == 0 { 0.0 } else { (s - s0) / n as f64 })
+        };
+        let (fsyncs, fsync_s) = mean(self.fsyncs, before.fsyncs);
+        let (commits, commit_s) = mean(self.commits, before.commits);
+        let (batches, batch_size) = mean(self.apply_batches, before.apply_batches);
+        let (_, apply_s) = mean(self.applies, before.applies);
+        format!(
+            "{fsyncs} log fsyncs of {:.0} us; {commits} commits, {:.0} us from proposal; \
+             {batches} apply batches of {batch_size:.1} entries, {:.0} us each; {} ReadIndex rounds",
+            fsync_s * 1e6,
+            commit_s * 1e6,
+            apply_s * 1e6,
+            self.read_rounds - before.read_rounds
+        )
+    }
 }

@@ -93,8 +93,13 @@ pub(crate) struct ApplyWorker {
     pub renewal_waiters: BTreeMap<Index, (Term, Vec<ProposeReply>)>,
     pub last_applied: LogId,
     pub sessions: Sessions,
-    /// Snapshot after this many applied entries (0: never).
+    /// Snapshot after this many applied entries (0: never)...
     pub snapshot_entries: u64,
+    /// ...or once the commands applied since carry this many bytes (0: no
+    /// byte bound).
+    pub snapshot_log_bytes: u64,
+    /// Command bytes applied since the latest snapshot (or the start).
+    pub bytes_since_snapshot: u64,
     /// The index of the latest snapshot.
     pub snapshot_index: u64,
     /// Member addresses learned from the log, shared with the node handle.
@@ -207,6 +212,7 @@ impl ApplyWorker {
                     .into_iter()
                     .try_for_each(|batch| {
                         let (started, entries) = (std::time::Instant::now(), batch.len());
+                        self.bytes_since_snapshot += batch.iter().map(command_bytes).sum::<u64>();
                         self.apply(batch)?;
                         self.metrics.applied_batch(entries, started.elapsed());
                         if let Some(replay) = &mut self.replay {
@@ -285,12 +291,16 @@ impl ApplyWorker {
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), String> {
-        if self.snapshot_entries == 0 || self.last_applied.index.0 < self.snapshot_index + self.snapshot_entries {
+        let entries_due = self.snapshot_entries > 0
+            && self.last_applied.index.0 >= self.snapshot_index + self.snapshot_entries;
+        let bytes_due = self.snapshot_log_bytes > 0 && self.bytes_since_snapshot >= self.snapshot_log_bytes;
+        if !entries_due && !bytes_due {
             return Ok(());
         }
         let meta = self.storage.take_snapshot().map_err(|e| format!("taking a snapshot: {e}"))?;
-        tracing::info!(index = meta.last.index.0, "took a snapshot and compacted the log");
+        tracing::info!(index = meta.last.index.0, log_bytes = self.bytes_since_snapshot, "took a snapshot and compacted the log");
         self.snapshot_index = meta.last.index.0;
+        self.bytes_since_snapshot = 0;
         Ok(())
     }
 
@@ -320,6 +330,7 @@ impl ApplyWorker {
         self.sessions = sessions;
         self.last_applied = meta.last;
         self.snapshot_index = meta.last.index.0;
+        self.bytes_since_snapshot = 0;
         // Proposals waiting at covered indexes were decided by the leader's
         // log; their outcome is not known here.
         self.drop_waiters_through(meta.last.index, Error::Timeout);
@@ -680,5 +691,13 @@ fn entry_timestamp(e: &wasmraft_raft::Entry) -> Option<u64> {
     match &e.payload {
         EntryPayload::Normal(b) => Envelope::decode(b).ok().map(|env| env.timestamp_ms),
         _ => None,
+    }
+}
+
+/// The bytes of an entry's command, as they count towards the next snapshot.
+fn command_bytes(entry: &wasmraft_raft::Entry) -> u64 {
+    match &entry.payload {
+        EntryPayload::Normal(bytes) => bytes.len() as u64,
+        EntryPayload::Blank | EntryPayload::Membership(_) => 0,
     }
 }

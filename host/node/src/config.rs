@@ -54,8 +54,15 @@ pub struct NodeConfig {
     /// empty. Empty means a cluster of this node alone.
     pub bootstrap_voters: Vec<u64>,
     /// Take a snapshot and compact the log after this many applied entries
-    /// (0: never).
+    /// (0: never), or sooner by `snapshot_log_bytes`. etcd's
+    /// `--snapshot-count` default: a snapshot flushes every memtable to
+    /// disk on the apply thread, which stops applying for that long.
     pub snapshot_entries: u64,
+    /// Take a snapshot once the entries applied since the last one (or
+    /// since the node started) carry this many bytes of commands, however
+    /// few they are: large values do not keep 100,000 entries of log
+    /// (0: only `snapshot_entries` counts).
+    pub snapshot_log_bytes: u64,
     /// The leader checks that replicas' keyspaces agree every this many
     /// applied entries, or every R / 4 for a state of R records when that
     /// is more (0: only on request).
@@ -98,7 +105,8 @@ impl Default for NodeConfig {
             max_peer_inbox_bytes: 128 << 20,
             seed: None,
             bootstrap_voters: Vec::new(),
-            snapshot_entries: 10_000,
+            snapshot_entries: 100_000,
+            snapshot_log_bytes: 64 << 20,
             join: false,
             hash_check_entries: 10_000,
             hash_check_records_per_entry: 4,

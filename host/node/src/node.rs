@@ -418,6 +418,8 @@ impl Node {
             last_applied: applied,
             sessions: Sessions::load(storage.sessions()?).map_err(StartError::Recovery)?,
             snapshot_entries: config.snapshot_entries,
+            snapshot_log_bytes: config.snapshot_log_bytes,
+            bytes_since_snapshot: 0,
             snapshot_index: storage.snapshot()?.map_or(0, |m| m.last.index.0),
             addresses: addresses.clone(),
             loader: Some(loader.clone()),

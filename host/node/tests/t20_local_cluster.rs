@@ -105,6 +105,35 @@ async fn a_lagging_follower_catches_up_from_a_snapshot() {
     assert_eq!(get(&node, "after", Consistency::Linearizable).await, Some(b"x".to_vec()));
 }
 
+/// Large values bring the snapshot forward: the log is compacted once the
+/// commands applied since the last snapshot pass `snapshot_log_bytes`, long
+/// before `snapshot_entries`, and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_commands_bring_the_snapshot_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, |c| {
+        fast(c);
+        c.snapshot_entries = 100_000;
+        c.snapshot_log_bytes = 256 << 10;
+    })
+    .unwrap();
+    let leader = cluster.leader().await.unwrap();
+    let value = "v".repeat(16 << 10);
+    // 10 puts of 16 KiB: 160 KiB, under the bound.
+    for i in 0..10 {
+        leader.propose(put(&format!("big{i:02}"), &value)).await.unwrap();
+    }
+    assert!(leader.storage().snapshot().unwrap().is_none(), "no snapshot below the byte bound");
+    // 10 more pass 256 KiB.
+    for i in 10..20 {
+        leader.propose(put(&format!("big{i:02}"), &value)).await.unwrap();
+    }
+    let snapshot = leader.storage().snapshot().unwrap().expect("a snapshot past the byte bound");
+    assert!(snapshot.last.index.0 < 100, "taken by bytes, at index {}", snapshot.last.index);
+    let (first, _) = leader.storage().log_bounds();
+    assert!(first.0 > 10, "the log was compacted (first index {first})");
+}
+
 /// A retry that reaches a new leader after the old one applied the command
 /// is answered from the replicated session table: applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -166,6 +166,8 @@ pub(super) fn node_config(id: u64, voters: &[u64], dir: &Path, plugin_cache: &Pa
         seed: Some(seed),
         bootstrap_voters: voters.to_vec(),
         snapshot_entries: 40,
+        // Small too, so that some snapshots come by bytes rather than entries.
+        snapshot_log_bytes: 2 << 10,
         hash_check_entries: 25,
         // Every 25 entries however large the state: checks land often.
         hash_check_records_per_entry: 0,
