@@ -13,6 +13,12 @@
 #   TOTAL=100000 A_TOTAL=10000 benches/compare.sh
 #   REPORT_DIR=benches/reports/latest benches/compare.sh   # the report the README links
 #
+# The machine drifts by 10-30% within minutes, so etcd's tool runs in
+# ROUNDS rounds (default 3), each on fresh clusters of both systems, in
+# alternating order (etcd first in odd rounds); the report gives each
+# workload's median over the rounds and the median of its per-round ratios,
+# with their range. wasmraft-bench runs once, after the last round.
+#
 # It ends with a report (benches/report.py): REPORT_DIR/report.md, a table
 # of every workload with the ratios against etcd, and PNG charts of
 # throughput, CPU efficiency and latency distributions (matplotlib, in a
@@ -29,6 +35,7 @@ TOTAL=${TOTAL:-50000}
 A_TOTAL=${A_TOTAL:-3000}
 CONNS=${CONNS:-200}
 CLIENTS=${CLIENTS:-1000}
+ROUNDS=${ROUNDS:-3}
 OUT=${OUT_DIR:-$(mktemp -d /tmp/wasmraft-compare.XXXXXX)}
 mkdir -p "$OUT"
 REPORT=${REPORT_DIR:-$OUT/report}
@@ -54,41 +61,52 @@ echo "# system | workload | conns/clients | total | req/s | avg ms | p50 ms | p9
 settle_disk() { sync; sleep 2; }
 
 # ---- etcd ----
-settle_disk
-"$TOOLS/etcd-cluster.sh" start "$OUT/etcd" >/dev/null
-mapfile -t EPIDS < <("$TOOLS/etcd-cluster.sh" pids "$OUT/etcd")
-ETCD_PIDS="${EPIDS[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
-  OUT_DIR="$OUT/etcd-raw" "$TOOLS/etcd-bench.sh" > "$OUT/etcd.txt" 2> "$OUT/etcd.err" || { cat "$OUT/etcd.err"; exit 1; }
-# txn-put, which etcd-bench.sh does not run: the same tool, the same columns.
-sleep 2
-ENDPOINTS=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379 SERVER_PIDS="${EPIDS[*]}" TOTAL=$TOTAL CONNS=$CONNS \
-  CLIENTS=$CLIENTS OUT_DIR="$OUT/etcd-raw" benches/etcd-txn-put.sh >> "$OUT/etcd.txt" 2>> "$OUT/etcd.err" \
-  || { cat "$OUT/etcd.err"; exit 1; }
-"$TOOLS/etcd-cluster.sh" stop "$OUT/etcd" >/dev/null
-sed 's/^/# etcd raw: /' "$OUT/etcd.txt"
+etcd_round() { # round
+  local r=$1 pids
+  rm -rf "$OUT/etcd"
+  settle_disk
+  "$TOOLS/etcd-cluster.sh" start "$OUT/etcd" >/dev/null
+  mapfile -t pids < <("$TOOLS/etcd-cluster.sh" pids "$OUT/etcd")
+  ETCD_PIDS="${pids[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
+    OUT_DIR="$OUT/etcd-raw/r$r" "$TOOLS/etcd-bench.sh" > "$OUT/etcd-r$r.txt" 2> "$OUT/etcd.err" || { cat "$OUT/etcd.err"; exit 1; }
+  # txn-put, which etcd-bench.sh does not run: the same tool, the same columns.
+  sleep 2
+  ENDPOINTS=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379 SERVER_PIDS="${pids[*]}" TOTAL=$TOTAL CONNS=$CONNS \
+    CLIENTS=$CLIENTS OUT_DIR="$OUT/etcd-raw/r$r" benches/etcd-txn-put.sh >> "$OUT/etcd-r$r.txt" 2>> "$OUT/etcd.err" \
+    || { cat "$OUT/etcd.err"; exit 1; }
+  "$TOOLS/etcd-cluster.sh" stop "$OUT/etcd" >/dev/null
+  sed "s/^/# etcd raw r$r: /" "$OUT/etcd-r$r.txt"
+}
 
 # ---- wasmraft ----
-# A fresh cluster, as etcd's: data left by an earlier run in OUT_DIR would
-# be replayed and measured too.
-rm -rf "$OUT/wasmraft"
-settle_disk
 PORTS=(7379 7380 7381)
 PEERS=$(printf '%s = "127.0.0.1:%s"\n' 1 7479 2 7480 3 7481)
+EP=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381
 WPIDS=()
-for i in 1 2 3; do
-  cat > "$OUT/node$i.toml" <<TOML
+trap 'kill "${WPIDS[@]}" 2>/dev/null || true' EXIT
+# A fresh cluster each time, as etcd's: data left by an earlier run would be
+# replayed and measured too.
+start_wasmraft() {
+  rm -rf "$OUT/wasmraft"
+  settle_disk
+  WPIDS=()
+  for i in 1 2 3; do
+    cat > "$OUT/node$i.toml" <<TOML
 id = $i
 data_dir = "$OUT/wasmraft/node-$i"
 listen = "127.0.0.1:${PORTS[$((i-1))]}"
 [peers]
 $PEERS
 TOML
-  "$BIN" --log-level warn run --config "$OUT/node$i.toml" 2> "$OUT/node$i.log" &
-  WPIDS+=($!)
-done
-trap 'kill "${WPIDS[@]}" 2>/dev/null || true' EXIT
-EP=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381
-for _ in $(seq 100); do "$BIN" status --endpoints $EP 2>/dev/null | grep -q 'leader:   [0-9]' && break; sleep 0.1; done
+    "$BIN" --log-level warn run --config "$OUT/node$i.toml" 2> "$OUT/node$i.log" &
+    WPIDS+=($!)
+  done
+  for _ in $(seq 100); do "$BIN" status --endpoints $EP 2>/dev/null | grep -q 'leader:   [0-9]' && break; sleep 0.1; done
+}
+stop_wasmraft() {
+  kill "${WPIDS[@]}" 2>/dev/null || true
+  wait "${WPIDS[@]}" 2>/dev/null || true
+}
 
 run() { # name conns clients total args...
   local name=$1 conns=$2 clients=$3 total=$4; shift 4
@@ -107,15 +125,25 @@ PY
 }
 # The same client for both systems: etcd's benchmark tool through etcd's
 # API, which Wasmraft serves over the KV plugin.
-ETCD_PIDS="${WPIDS[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
-  OUT_DIR="$OUT/wasmraft-etcd-tool-raw" "$TOOLS/etcd-bench.sh" "$EP" > "$OUT/wasmraft-etcd-tool.txt" 2> "$OUT/wasmraft-etcd-tool.err" \
-  || { cat "$OUT/wasmraft-etcd-tool.err"; exit 1; }
-sleep 2
-ENDPOINTS=$EP SERVER_PIDS="${WPIDS[*]}" TOTAL=$TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
-  OUT_DIR="$OUT/wasmraft-etcd-tool-raw" benches/etcd-txn-put.sh >> "$OUT/wasmraft-etcd-tool.txt" \
-  2>> "$OUT/wasmraft-etcd-tool.err" || { cat "$OUT/wasmraft-etcd-tool.err"; exit 1; }
-sed 's/^/# wasmraft (etcd tool) raw: /' "$OUT/wasmraft-etcd-tool.txt"
+wasmraft_round() { # round
+  local r=$1 txt="$OUT/wasmraft-etcd-tool-r$1.txt"
+  start_wasmraft
+  ETCD_PIDS="${WPIDS[*]}" WORKLOADS="a b c d e" TOTAL=$TOTAL A_TOTAL=$A_TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
+    OUT_DIR="$OUT/wasmraft-etcd-tool-raw/r$r" "$TOOLS/etcd-bench.sh" "$EP" > "$txt" 2> "$OUT/wasmraft-etcd-tool.err" \
+    || { cat "$OUT/wasmraft-etcd-tool.err"; exit 1; }
+  sleep 2
+  ENDPOINTS=$EP SERVER_PIDS="${WPIDS[*]}" TOTAL=$TOTAL CONNS=$CONNS CLIENTS=$CLIENTS \
+    OUT_DIR="$OUT/wasmraft-etcd-tool-raw/r$r" benches/etcd-txn-put.sh >> "$txt" \
+    2>> "$OUT/wasmraft-etcd-tool.err" || { cat "$OUT/wasmraft-etcd-tool.err"; exit 1; }
+  stop_wasmraft
+  sed "s/^/# wasmraft (etcd tool) raw r$r: /" "$txt"
+}
 
+for r in $(seq "$ROUNDS"); do
+  if [ $((r % 2)) -eq 1 ]; then etcd_round "$r"; wasmraft_round "$r"; else wasmraft_round "$r"; etcd_round "$r"; fi
+done
+
+start_wasmraft
 run put-1 1 1 "$A_TOTAL" --sequential-keys --target-leader put
 run put 200 1000 "$TOTAL" --sequential-keys put
 run range-l 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency l
@@ -126,5 +154,5 @@ run range-e 200 1000 "$TOTAL" --key-space "$TOTAL" range --consistency e
 run range-l-leader 200 1000 "$TOTAL" --key-space "$TOTAL" --target-leader range --consistency l
 run range-s-leader 200 1000 "$TOTAL" --key-space "$TOTAL" --target-leader range --consistency s
 echo "# raw output in $OUT"
-kill "${WPIDS[@]}" 2>/dev/null || true
+stop_wasmraft
 benches/plot-env.sh benches/report.py "$OUT" "$REPORT"

@@ -8,11 +8,14 @@ latency distribution from etcd's benchmark tool's percentiles).
     benches/report.py RUN_DIR OUT_DIR
 
 RUN_DIR is compare.sh's OUT_DIR: its `compare.txt` (compare.sh's standard
-output) and the benchmark tool's raw output in `etcd-raw/` and
-`wasmraft-etcd-tool-raw/`.
+output) and the benchmark tool's raw output in `etcd-raw/rN/` and
+`wasmraft-etcd-tool-raw/rN/` for each round N. Each figure of etcd's tool is
+the median over the rounds; each ratio is the median of the rounds' own
+ratios (both systems measured in the same round), with their range.
 """
 
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -50,17 +53,37 @@ def number(text):
         return None
 
 
-def tool_rows(lines, prefix):
-    """The benchmark tool's rows that compare.sh echoed with `prefix`."""
-    rows = {}
+def tool_rounds(lines, system):
+    """The benchmark tool's rows that compare.sh echoed as `# SYSTEM raw rN: `,
+    by round and workload."""
+    rounds = {}
+    pattern = re.compile(r"^# " + re.escape(system) + r" raw r(\d+): (.*)$")
     for line in lines:
-        if not line.startswith(prefix):
+        m = pattern.match(line)
+        if not m:
             continue
-        fields = line[len(prefix):].split()
+        fields = m.group(2).split()
         if not fields or fields[0].startswith("#") or fields[0] == "workload" or fields[0].startswith("idle"):
             continue
-        rows[fields[0]] = {k: number(v) for k, v in zip(COLUMNS, fields[1:])}
-    return rows
+        rounds.setdefault(int(m.group(1)), {})[fields[0]] = {k: number(v) for k, v in zip(COLUMNS, fields[1:])}
+    return rounds
+
+
+def median_row(rows):
+    """Each column's median over the rounds' rows of one workload."""
+    return {k: statistics.median(v) if (v := [r[k] for r in rows if r.get(k) is not None]) else None
+            for k in COLUMNS}
+
+
+def paired_ratio(ours, etcd, key):
+    """The median and range of the rounds' own ratios, as text."""
+    ratios = sorted(o[key] / e[key] for o, e in zip(ours, etcd) if o.get(key) and e.get(key))
+    if not ratios:
+        return "n/a", None
+    text = f"{statistics.median(ratios):.2f}x"
+    if len(ratios) > 1:
+        text += f" ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+    return text, statistics.median(ratios)
 
 
 def bench_rows(lines):
@@ -94,29 +117,40 @@ def main():
     run, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     lines = (run / "compare.txt").read_text().splitlines()
-    etcd = tool_rows(lines, "# etcd raw: ")
-    ours = tool_rows(lines, "# wasmraft (etcd tool) raw: ")
+    etcd_rounds = tool_rounds(lines, "etcd")
+    our_rounds = tool_rounds(lines, "wasmraft (etcd tool)")
+    rounds = sorted(set(etcd_rounds) & set(our_rounds))
     bench = bench_rows(lines)
     header = [l[2:] for l in lines if l.startswith("# machine:")]
-    workloads = [w for w in NAMES if w in etcd and w in ours]
+    workloads = [w for w in NAMES if all(w in etcd_rounds[r] and w in our_rounds[r] for r in rounds)] if rounds else []
+    # Per workload: each round's row of each system (paired by round), and their medians.
+    etcd_by = {w: [etcd_rounds[r][w] for r in rounds] for w in workloads}
+    ours_by = {w: [our_rounds[r][w] for r in rounds] for w in workloads}
+    etcd = {w: median_row(etcd_by[w]) for w in workloads}
+    ours = {w: median_row(ours_by[w]) for w in workloads}
+    last = rounds[-1] if rounds else 1
 
     md = ["# Wasmraft against etcd", ""]
     md += [f"{h}. Both clusters: 3 members on loopback, fsync before every acknowledgement, "
            "8-byte keys and 256-byte values, driven by etcd's own benchmark tool through etcd's API "
-           "(`benches/compare.sh`, `benches/report.py`). Ratios are Wasmraft / etcd in the same run; "
-           "server CPU is the three members' user+system seconds." for h in header] + [""]
+           "(`benches/compare.sh`, `benches/report.py`). "
+           f"{len(rounds)} rounds, each on fresh clusters of both systems in alternating order: every figure is "
+           "the median over the rounds, and every ratio the median of the rounds' own Wasmraft / etcd ratios "
+           "(their range in brackets). Server CPU is the three members' user+system seconds." for h in header] + [""]
     md += ["| workload | conns/clients | etcd req/s | Wasmraft req/s | ratio | etcd avg / p50 / p99 ms | "
            "Wasmraft avg / p50 / p99 ms | etcd ops per server CPU-s | Wasmraft | ratio |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for w in workloads:
         e, o = etcd[w], ours[w]
+        req_ratio, _ = paired_ratio(ours_by[w], etcd_by[w], "req_s")
+        cpu_ratio, _ = paired_ratio(ours_by[w], etcd_by[w], "ops_cpu")
         md.append(
             f"| {NAMES[w]} | {fmt(e['conns'])}/{fmt(e['clients'])} | {fmt(e['req_s'])} | {fmt(o['req_s'])} | "
-            f"{ratio(o['req_s'], e['req_s'])} | {fmt(e['avg'], 2)} / {fmt(e['p50'], 2)} / {fmt(e['p99'], 2)} | "
+            f"{req_ratio} | {fmt(e['avg'], 2)} / {fmt(e['p50'], 2)} / {fmt(e['p99'], 2)} | "
             f"{fmt(o['avg'], 2)} / {fmt(o['p50'], 2)} / {fmt(o['p99'], 2)} | {fmt(e['ops_cpu'])} | "
-            f"{fmt(o['ops_cpu'])} | {ratio(o['ops_cpu'], e['ops_cpu'])} |")
+            f"{fmt(o['ops_cpu'])} | {cpu_ratio} |")
     if bench:
-        md += ["", "Wasmraft through its own `wasmraft.v1` API (`wasmraft-bench`), the same run:", "",
+        md += ["", "Wasmraft through its own `wasmraft.v1` API (`wasmraft-bench`), once, after the last round:", "",
                "| workload | conns/clients | total | req/s | avg / p50 / p99 ms | ops per server CPU-s |",
                "| --- | --- | --- | --- | --- | --- |"]
         for name, r in bench.items():
@@ -147,11 +181,11 @@ def main():
     fig.savefig(out / "throughput.png", dpi=110)
     plt.close(fig)
 
-    # Latency distribution per workload, from the tool's percentiles.
+    # Latency distribution per workload, from the tool's percentiles (the last round's).
     fig, axes = plt.subplots(1, len(workloads), figsize=(3.4 * max(len(workloads), 1), 3.8), squeeze=False)
     for ax, w in zip(axes[0], workloads):
         for name, raw, color in [("etcd 3.6.8", "etcd-raw", "#8c8c8c"), ("Wasmraft", "wasmraft-etcd-tool-raw", "#2b6cb0")]:
-            points = distribution(run / raw / f"{w}.out")
+            points = distribution(run / raw / f"r{last}" / f"{w}.out")
             if points:
                 ax.plot([p for p, _ in points], [ms for _, ms in points], marker="o", markersize=3, label=name, color=color)
         ax.set_title(NAMES[w], fontsize=9)

@@ -25,11 +25,14 @@ const TABLE_ELEMENTS: usize = 100_000;
 /// an instance ends, rather than handed back to the kernel: a plugin that
 /// keeps its stack, data and working heap in them (the KV plugin: a 64 KiB
 /// stack, `plugins/kv/build.rs`) starts each fresh instance on memory that
-/// is already mapped, with no page faults. Only the pages an instance
-/// dirtied are reset and stay resident (`pagemap_scan` below), so a slot
-/// holds at most this much between instances: 128 MiB over all slots, a
-/// few MiB in practice (the slots in use; a KV apply or query touches a few
-/// hundred KiB).
+/// is already mapped, with no page faults. Only pages that are resident
+/// are reset and stay so (`pagemap_scan` below): those some instance of the
+/// slot wrote, not only the last one (the kernel reports every resident
+/// page as written unless userfaultfd tracks it), so one large batch makes
+/// every later instance of its slot reset what it touched. A slot holds at
+/// most this much between instances: 128 MiB over all slots, a few MiB in
+/// practice (the slots in use; a KV apply or query touches a few hundred
+/// KiB).
 const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
 /// How often the watchdog's clock advances.
@@ -137,8 +140,8 @@ fn pooling(config: &PluginConfig) -> wasmtime::PoolingAllocationConfig {
         .max_memory_size(config.memory_limit_bytes.next_multiple_of(1 << 16))
         .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
         .table_keep_resident(16 << 10)
-        // Reset only the pages an instance dirtied (Linux 6.7 and later;
-        // elsewhere the whole kept region is zeroed, as before).
+        // Reset only the resident pages, not the whole kept region (Linux
+        // 6.7 and later; elsewhere all of it is zeroed, as before).
         .pagemap_scan(wasmtime::Enabled::Auto);
     pool
 }
