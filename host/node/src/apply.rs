@@ -100,6 +100,11 @@ pub(crate) struct ApplyWorker {
     pub snapshot_log_bytes: u64,
     /// Command bytes applied since the latest snapshot (or the start).
     pub bytes_since_snapshot: u64,
+    /// Whether a due snapshot first has RocksDB flush its memtables in the
+    /// background (`Some`), and since when it has (`Some(Some(at))`): the
+    /// snapshot's own flush, on this thread, then has little left to do.
+    /// `None`: each snapshot at once (the simulation).
+    pub flush_ahead: Option<Option<std::time::Instant>>,
     /// The index of the latest snapshot.
     pub snapshot_index: u64,
     /// Member addresses learned from the log, shared with the node handle.
@@ -297,10 +302,28 @@ impl ApplyWorker {
         if !entries_due && !bytes_due {
             return Ok(());
         }
+        match self.flush_ahead {
+            Some(None) => {
+                let unflushed = self.storage.unflushed_bytes().map_err(|e| format!("reading RocksDB's memtables: {e}"))?;
+                if unflushed >= FLUSH_AHEAD_BYTES {
+                    self.storage.flush_ahead_of_snapshot().map_err(|e| format!("flushing ahead of a snapshot: {e}"))?;
+                    self.flush_ahead = Some(Some(std::time::Instant::now()));
+                    return Ok(());
+                }
+            }
+            // Under a write load that keeps flushes coming, not for ever.
+            Some(Some(asked)) if asked.elapsed() < FLUSH_AHEAD_WAIT => {
+                if self.storage.flushes_pending().map_err(|e| format!("reading RocksDB's flushes: {e}"))? {
+                    return Ok(());
+                }
+            }
+            Some(Some(_)) | None => {}
+        }
         let meta = self.storage.take_snapshot().map_err(|e| format!("taking a snapshot: {e}"))?;
         tracing::info!(index = meta.last.index.0, log_bytes = self.bytes_since_snapshot, "took a snapshot and compacted the log");
         self.snapshot_index = meta.last.index.0;
         self.bytes_since_snapshot = 0;
+        self.flush_ahead = self.flush_ahead.map(|_| None);
         Ok(())
     }
 
@@ -331,6 +354,7 @@ impl ApplyWorker {
         self.last_applied = meta.last;
         self.snapshot_index = meta.last.index.0;
         self.bytes_since_snapshot = 0;
+        self.flush_ahead = self.flush_ahead.map(|_| None);
         // Proposals waiting at covered indexes were decided by the leader's
         // log; their outcome is not known here.
         self.drop_waiters_through(meta.last.index, Error::Timeout);
@@ -693,6 +717,13 @@ fn entry_timestamp(e: &wasmraft_raft::Entry) -> Option<u64> {
         _ => None,
     }
 }
+
+/// Memtables smaller than this are flushed by the snapshot itself, at once
+/// (a few milliseconds); larger ones first in the background.
+const FLUSH_AHEAD_BYTES: u64 = 4 << 20;
+/// How long a due snapshot waits for the flush it asked for before it is
+/// taken anyway.
+const FLUSH_AHEAD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The bytes of an entry's command, as they count towards the next snapshot.
 fn command_bytes(entry: &wasmraft_raft::Entry) -> u64 {

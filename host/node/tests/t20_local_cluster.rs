@@ -134,6 +134,34 @@ async fn large_commands_bring_the_snapshot_forward() {
     assert!(first.0 > 10, "the log was compacted (first index {first})");
 }
 
+/// With memtables past a few MiB, a due snapshot first has RocksDB flush them
+/// in the background, and is taken once that is done: it still comes, at a
+/// later index, and compacts the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_that_flushes_ahead_still_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(3, dir.path(), KV_PLUGIN, |c| {
+        fast(c);
+        c.snapshot_entries = 100_000;
+        c.snapshot_log_bytes = 4 << 20;
+    })
+    .unwrap();
+    let leader = cluster.leader().await.unwrap();
+    let value = "v".repeat(64 << 10);
+    // 64 puts of 64 KiB pass the byte bound with about 12 MiB in memtables
+    // (each value is in the log, the current record and the history).
+    let mut i = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while leader.storage().snapshot().unwrap().is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "no snapshot after {i} puts of 64 KiB");
+        leader.propose(put(&format!("big{i:04}"), &value)).await.unwrap();
+        i += 1;
+    }
+    assert!(i > 64, "the snapshot came after its flush, not at the bound ({i} puts)");
+    let (first, _) = leader.storage().log_bounds();
+    assert!(first.0 > 64, "the log was compacted (first index {first})");
+}
+
 /// A retry that reaches a new leader after the old one applied the command
 /// is answered from the replicated session table: applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
