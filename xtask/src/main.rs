@@ -24,7 +24,12 @@ mod examples;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the repo").to_path_buf();
+    // `cargo run` gives the manifest's directory as it is now: the one baked
+    // in at build time is wrong once a target directory shared between
+    // clones (the CI cache) holds a build from another clone, which cargo
+    // does not rebuild for the move.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    let root = manifest_dir.parent().expect("xtask lives in the repo").to_path_buf();
     match args.first().map(String::as_str) {
         Some("plugins") => plugins(&root, args.iter().any(|a| a == "--update")),
         Some("examples") => examples::examples(&root),
