@@ -201,13 +201,42 @@ impl Revision {
 
 /// The key-value under `key`.
 pub(crate) fn get(key: &[u8]) -> Option<KeyValue> {
-    store::get(&current_key(key)).map(|bytes| decode(key.to_vec(), &bytes))
+    get_stored(key).map(|(kv, _)| kv)
+}
+
+/// The current version of `key`, with its record as stored: the key-value
+/// encoded without its key (see [`with_key`]).
+pub(crate) fn get_stored(key: &[u8]) -> Option<(KeyValue, Vec<u8>)> {
+    store::get(&current_key(key)).map(|bytes| (decode(key.to_vec(), &bytes), bytes))
+}
+
+/// The encoding of a key-value whose record as stored is `stored`, with
+/// `key` put back: the key is field 1, which prost encodes first, so this
+/// is byte for byte what encoding the whole key-value gives, without
+/// encoding it again.
+pub(crate) fn with_key(key: &[u8], stored: &[u8], out: &mut Vec<u8>) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    // prost leaves an empty field out.
+    if !key.is_empty() {
+        encode_key(1, WireType::LengthDelimited, out);
+        encode_varint(key.len() as u64, out);
+        out.extend_from_slice(key);
+    }
+    out.extend_from_slice(stored);
+}
+
+/// The length of [`with_key`]'s bytes.
+pub(crate) fn with_key_len(key: &[u8], stored: &[u8]) -> usize {
+    use prost::encoding::{encoded_len_varint, key_len};
+    let key_field = if key.is_empty() { 0 } else { key_len(1) + encoded_len_varint(key.len() as u64) + key.len() };
+    key_field + stored.len()
 }
 
 /// Stores `kv` as the current version of its key, stamped with this
-/// entry's revision, and keeps it in the key's history. (`kv` is lent
-/// only to be encoded without its key, which the store key holds.)
-pub(crate) fn put(kv: &mut KeyValue, rev: &mut Revision) {
+/// entry's revision, and keeps it in the key's history; returns the record
+/// stored. (`kv` is lent only to be encoded without its key, which the
+/// store key holds.)
+pub(crate) fn put(kv: &mut KeyValue, rev: &mut Revision) -> Vec<u8> {
     let revision = rev.log(&kv.key);
     debug_assert_eq!(revision, kv.mod_revision);
     let key = std::mem::take(&mut kv.key);
@@ -215,6 +244,7 @@ pub(crate) fn put(kv: &mut KeyValue, rev: &mut Revision) {
     kv.key = key;
     store::put(&current_key(&kv.key), &stored);
     store::put(&history_key(&kv.key, revision), &stored);
+    stored
 }
 
 /// Deletes `key` at this entry's revision, leaving a deletion in its history.

@@ -163,7 +163,11 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
     check_put(r)?;
     // etcd's Put looks the lease up before the key.
     crate::leases::check_attach(r.lease, &r.key)?;
-    let prev = keyspace::get(&r.key);
+    let prev_stored = keyspace::get_stored(&r.key);
+    let (prev, prev_record) = match prev_stored {
+        Some((kv, record)) => (Some(kv), Some(record)),
+        None => (None, None),
+    };
     if (r.ignore_value || r.ignore_lease) && prev.is_none() {
         return Err(KvError::Rejected(ERR_KEY_NOT_FOUND));
     }
@@ -182,10 +186,10 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
         value,
         lease,
     };
-    keyspace::put(&mut kv, rev);
+    let record = keyspace::put(&mut kv, rev);
     crate::leases::reattach(&r.key, old_lease, lease);
-    let prev_kv = if r.prev_kv { prev.clone() } else { None };
-    emit(EventType::Put, kv, prev);
+    emit_put(&kv.key, &record, prev_record.as_deref());
+    let prev_kv = if r.prev_kv { prev } else { None };
     Ok(PutResponse { header: header(rev), prev_kv })
 }
 
@@ -211,6 +215,22 @@ pub(crate) fn delete_range(
         deleted: doomed.len() as i64,
         prev_kvs: if r.prev_kv { doomed } else { Vec::new() },
     })
+}
+
+/// A put's event, `Event { type: PUT, kv, prev_kv }`, from the records as
+/// stored: byte for byte what encoding it gives (PUT is 0, which protobuf
+/// leaves out), without decoding the previous version or encoding either
+/// key-value again.
+fn emit_put(key: &[u8], record: &[u8], prev_record: Option<&[u8]>) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    let mut payload = Vec::with_capacity(2 * (key.len() + record.len() + 16));
+    for (field, stored) in [(2, Some(record)), (3, prev_record)] {
+        let Some(stored) = stored else { continue };
+        encode_key(field, WireType::LengthDelimited, &mut payload);
+        encode_varint(keyspace::with_key_len(key, stored) as u64, &mut payload);
+        keyspace::with_key(key, stored, &mut payload);
+    }
+    events::emit(key, &payload);
 }
 
 fn emit(kind: EventType, kv: KeyValue, prev_kv: Option<KeyValue>) {

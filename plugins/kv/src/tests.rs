@@ -499,3 +499,32 @@ fn a_range_counts_every_key_in_it_whatever_it_returns() {
     assert_eq!(range(RangeRequest { key: "x".into(), ..Default::default() }), (0, 0, false));
     assert_eq!(range(RangeRequest { key: "b".into(), range_end: "d".into(), limit: 1, ..Default::default() }), (2, 1, true));
 }
+
+/// A put's event is built from the records as stored, not encoded again:
+/// its bytes must be exactly what encoding the event gives, with and
+/// without a previous version, a lease, and a key holding a zero byte.
+#[test]
+fn a_puts_event_is_the_encoding_of_the_event() {
+    use crate::pb::mvccpb::{Event, KeyValue};
+    let mut h = TestHost::<Kv>::new();
+    let key = b"k\x00ey".to_vec();
+    for (value, lease_attach) in [(vec![1u8; 300], false), (Vec::new(), false), (b"third".to_vec(), true)] {
+        let before = crate::keyspace::get(&key);
+        let mut lease = 0;
+        if lease_attach {
+            let grant = crate::pb::etcdserverpb::LeaseGrantRequest { ttl: 60, id: 77 };
+            h.apply(bytes(Req::RequestLeaseGrant(grant))).unwrap();
+            h.take_events();
+            lease = 77;
+        }
+        let r = PutRequest { key: key.clone(), value: value.clone(), lease, ..Default::default() };
+        h.apply(bytes(Req::RequestPut(r))).unwrap();
+        let events = h.take_events();
+        assert_eq!(events.len(), 1);
+        let now: KeyValue = crate::keyspace::get(&key).unwrap();
+        assert_eq!(now.value, value);
+        let expected = Event { r#type: EventType::Put as i32, kv: Some(now), prev_kv: before };
+        assert_eq!(events[0].payload, expected.encode_to_vec());
+        assert_eq!(events[0].key, key);
+    }
+}
