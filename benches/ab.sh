@@ -6,6 +6,9 @@
 # these shared machines moves absolute figures by 10-20% within minutes.
 #
 #   benches/ab.sh OLD_BIN NEW_BIN             # 3 rounds of workload b (put 200/1000)
+#
+# It ends with one line per workload: each binary's medians and the median
+# and range of the pairs' own new/old ratios.
 #   ROUNDS=2 WORKLOADS="a c" benches/ab.sh OLD_BIN NEW_BIN
 #
 # Needs etcd's tools via ../shared/tools (or ETCD_TOOLS). Both fsync before
@@ -38,7 +41,32 @@ one() { # bin label
 
 echo "# machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
 echo "# binary workload conns clients total errors req/s avg_ms p50_ms p99_ms srv_cpu_s ops/cpu_s cli_cpu_s wall_s oth_cpu_s load1"
+rows=$(mktemp)
 for _ in $(seq "$ROUNDS"); do
-  one "$1" old
-  one "$2" new
+  one "$1" old | tee -a "$rows"
+  one "$2" new | tee -a "$rows"
 done
+# Per workload: the medians of each binary, and the median and range of the
+# pairs' own new/old ratios (each pair ran back to back).
+awk '
+  { k = $2; n = ++count[$1, k]; req[$1, k, n] = $7; p99[$1, k, n] = $10; opc[$1, k, n] = $12; seen[k] = 1 }
+  function med(a, b, k, m,   i, j, t, v) {
+    for (i = 1; i <= m; i++) v[i] = a[b, k, i]
+    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+  }
+  function ratios(a, k, m,   i, j, t, r, lo, hi) {
+    for (i = 1; i <= m; i++) r[i] = a["old", k, i] > 0 ? a["new", k, i] / a["old", k, i] : 0
+    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+    return sprintf("%.2fx (%.2f-%.2f)", m % 2 ? r[(m + 1) / 2] : (r[m / 2] + r[m / 2 + 1]) / 2, r[1], r[m])
+  }
+  END {
+    for (k in seen) {
+      m = count["old", k] < count["new", k] ? count["old", k] : count["new", k]
+      if (m == 0) continue
+      printf "# %s, medians of %d pairs: req/s %.0f -> %.0f, new/old %s; ops per server CPU-s %.0f -> %.0f, new/old %s; p99 ms %.1f -> %.1f\n",
+        k, m, med(req, "old", k, m), med(req, "new", k, m), ratios(req, k, m),
+        med(opc, "old", k, m), med(opc, "new", k, m), ratios(opc, k, m), med(p99, "old", k, m), med(p99, "new", k, m)
+    }
+  }' "$rows"
+rm -f "$rows"
