@@ -121,6 +121,7 @@ async fn every_series_exists_and_moves_under_load_a_snapshot_and_a_leader_change
         "wasmraft_snapshots_sent_total",
         "wasmraft_snapshots_send_failures_total",
         "wasmraft_snapshots_installed_total",
+        "wasmraft_snapshot_duration_seconds_count",
         "wasmraft_plugin_fuel_consumed_total",
         "wasmraft_plugin_traps_total",
         "wasmraft_peer_last_heard_seconds",
@@ -193,6 +194,8 @@ async fn every_series_exists_and_moves_under_load_a_snapshot_and_a_leader_change
     assert!(moved("wasmraft_applied_entries_total", &[]) >= 200.0);
     assert!(moved("wasmraft_read_index_rounds_total", &[]) >= 1.0);
     assert!(moved("wasmraft_snapshots_sent_total", &[]) >= 1.0);
+    // 200 entries at `snapshot_entries = 50`.
+    assert!(moved("wasmraft_snapshot_duration_seconds_count", &[]) >= 3.0);
     assert!(moved("wasmraft_plugin_fuel_consumed_total", &[]) > 0.0);
     let awake = format!("peer=\"{}\"", followers[1]);
     assert!(moved("wasmraft_peer_round_trip_seconds_count", &[&awake]) >= 1.0);

@@ -233,11 +233,12 @@ fn render_work(out: &mut String, nodes: &[Node]) {
     }
 
     type Pick = fn(&NodeMetrics) -> &wasmraft_node::Histogram;
-    let histograms: [(&str, &str, Pick); 4] = [
+    let histograms: [(&str, &str, Pick); 5] = [
         ("wasmraft_commit_duration_seconds", "From a proposal batch on the leader to its commit by a quorum.", |m| &m.commit_latency),
         ("wasmraft_log_fsync_duration_seconds", "Synced writes of log entries and hard state (one fsync each).", |m| &m.log_fsync),
         ("wasmraft_apply_duration_seconds", "Applying one batch of committed entries (the state machine and its storage write).", |m| &m.apply_latency),
         ("wasmraft_apply_batch_entries", "Committed entries per applied batch.", |m| &m.apply_batch_size),
+        ("wasmraft_snapshot_duration_seconds", "Snapshots this node took (checkpoint, log compaction), on the apply thread, which applies nothing meanwhile.", |m| &m.snapshot_duration),
     ];
     for (name, help, pick) in histograms {
         head(out, name, "histogram", help);

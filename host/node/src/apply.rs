@@ -319,8 +319,12 @@ impl ApplyWorker {
             }
             Some(Some(_)) | None => {}
         }
+        let started = std::time::Instant::now();
         let meta = self.storage.take_snapshot().map_err(|e| format!("taking a snapshot: {e}"))?;
-        tracing::info!(index = meta.last.index.0, log_bytes = self.bytes_since_snapshot, "took a snapshot and compacted the log");
+        let took = started.elapsed();
+        self.metrics.snapshot_duration.observe(took);
+        tracing::info!(index = meta.last.index.0, log_bytes = self.bytes_since_snapshot, took = ?took,
+            "took a snapshot and compacted the log");
         self.snapshot_index = meta.last.index.0;
         self.bytes_since_snapshot = 0;
         self.flush_ahead = self.flush_ahead.map(|_| None);
