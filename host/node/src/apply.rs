@@ -101,10 +101,8 @@ pub(crate) struct ApplyWorker {
     /// Command bytes applied since the latest snapshot (or the start).
     pub bytes_since_snapshot: u64,
     /// Whether a due snapshot first has RocksDB flush its memtables in the
-    /// background (`Some`), and since when it has (`Some(Some(at))`): the
-    /// snapshot's own flush, on this thread, then has little left to do.
-    /// `None`: each snapshot at once (the simulation).
-    pub flush_ahead: Option<Option<std::time::Instant>>,
+    /// background, so that its own flush, on this thread, has little left.
+    pub flush_ahead: FlushAhead,
     /// The index of the latest snapshot.
     pub snapshot_index: u64,
     /// Member addresses learned from the log, shared with the node handle.
@@ -303,21 +301,21 @@ impl ApplyWorker {
             return Ok(());
         }
         match self.flush_ahead {
-            Some(None) => {
+            FlushAhead::NotAsked => {
                 let unflushed = self.storage.unflushed_bytes().map_err(|e| format!("reading RocksDB's memtables: {e}"))?;
                 if unflushed >= FLUSH_AHEAD_BYTES {
                     self.storage.flush_ahead_of_snapshot().map_err(|e| format!("flushing ahead of a snapshot: {e}"))?;
-                    self.flush_ahead = Some(Some(std::time::Instant::now()));
+                    self.flush_ahead = FlushAhead::AskedAt(std::time::Instant::now());
                     return Ok(());
                 }
             }
             // Under a write load that keeps flushes coming, not for ever.
-            Some(Some(asked)) if asked.elapsed() < FLUSH_AHEAD_WAIT => {
+            FlushAhead::AskedAt(asked) if asked.elapsed() < FLUSH_AHEAD_WAIT => {
                 if self.storage.flushes_pending().map_err(|e| format!("reading RocksDB's flushes: {e}"))? {
                     return Ok(());
                 }
             }
-            Some(Some(_)) | None => {}
+            FlushAhead::AskedAt(_) | FlushAhead::Never => {}
         }
         let started = std::time::Instant::now();
         let meta = self.storage.take_snapshot().map_err(|e| format!("taking a snapshot: {e}"))?;
@@ -327,7 +325,7 @@ impl ApplyWorker {
             "took a snapshot and compacted the log");
         self.snapshot_index = meta.last.index.0;
         self.bytes_since_snapshot = 0;
-        self.flush_ahead = self.flush_ahead.map(|_| None);
+        self.flush_ahead.reset();
         Ok(())
     }
 
@@ -358,7 +356,7 @@ impl ApplyWorker {
         self.last_applied = meta.last;
         self.snapshot_index = meta.last.index.0;
         self.bytes_since_snapshot = 0;
-        self.flush_ahead = self.flush_ahead.map(|_| None);
+        self.flush_ahead.reset();
         // Proposals waiting at covered indexes were decided by the leader's
         // log; their outcome is not known here.
         self.drop_waiters_through(meta.last.index, Error::Timeout);
@@ -719,6 +717,28 @@ fn entry_timestamp(e: &wasmraft_raft::Entry) -> Option<u64> {
     match &e.payload {
         EntryPayload::Normal(b) => Envelope::decode(b).ok().map(|env| env.timestamp_ms),
         _ => None,
+    }
+}
+
+/// Whether a due snapshot first has RocksDB flush the memtables in the
+/// background ([`ApplyWorker::maybe_snapshot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlushAhead {
+    /// Each snapshot at once (the simulation: when RocksDB's own threads
+    /// finish a flush is not for it to replay).
+    Never,
+    /// No flush asked for the next snapshot yet.
+    NotAsked,
+    /// A flush was asked for at this time.
+    AskedAt(std::time::Instant),
+}
+
+impl FlushAhead {
+    /// A snapshot was taken or installed: the next one asks again.
+    fn reset(&mut self) {
+        if *self != FlushAhead::Never {
+            *self = FlushAhead::NotAsked;
+        }
     }
 }
 

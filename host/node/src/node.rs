@@ -243,9 +243,7 @@ impl Node {
         // plugin) name the node too.
         let starting = tracing::info_span!("node", id = config.id).entered();
         let Parts { node, mut raft_loop, mut worker, apply_tasks } = Self::assemble(config, wasm, transport)?;
-        // (The simulation takes each snapshot at once: when RocksDB's own
-        // threads finish a flush is not for it to replay.)
-        worker.flush_ahead = Some(None);
+        worker.flush_ahead = crate::apply::FlushAhead::NotAsked;
         let (writer, writes) = crate::log_writer::LogWriter::thread();
         raft_loop.writer = writer;
         let (storage, written) = (node.inner.storage.clone(), raft_loop.self_tx.clone());
@@ -423,7 +421,7 @@ impl Node {
             snapshot_entries: config.snapshot_entries,
             snapshot_log_bytes: config.snapshot_log_bytes,
             bytes_since_snapshot: 0,
-            flush_ahead: None,
+            flush_ahead: crate::apply::FlushAhead::Never,
             snapshot_index: storage.snapshot()?.map_or(0, |m| m.last.index.0),
             addresses: addresses.clone(),
             loader: Some(loader.clone()),

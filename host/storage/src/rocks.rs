@@ -13,6 +13,8 @@ pub(crate) const CF_LOG: &str = "log";
 pub(crate) const CF_RAFT: &str = "raft";
 pub(crate) const CF_STATE: &str = "state";
 pub(crate) const CF_META: &str = "meta";
+/// Every column family, in the order they are opened.
+pub(crate) const COLUMN_FAMILIES: [&str; 4] = [CF_LOG, CF_RAFT, CF_STATE, CF_META];
 
 pub(crate) const KEY_HARD_STATE: &[u8] = b"hard_state";
 pub(crate) const KEY_BOOTSTRAP: &[u8] = b"bootstrap_membership";
@@ -330,7 +332,7 @@ impl Storage {
     /// live in its current version (what compaction would keep).
     pub fn size_bytes(&self) -> (u64, u64) {
         let (mut total, mut live) = (0, 0);
-        for name in [CF_LOG, CF_RAFT, CF_STATE, CF_META] {
+        for name in COLUMN_FAMILIES {
             let cf = self.cf(name);
             let prop = |p: &str| self.db.property_int_value_cf(cf, p).ok().flatten().unwrap_or(0);
             total += prop("rocksdb.total-sst-files-size") + prop("rocksdb.cur-size-all-mem-tables");
@@ -344,7 +346,7 @@ impl Storage {
     /// defragment). Blocks for as long as RocksDB takes; reads and writes
     /// go on meanwhile.
     pub fn compact_files(&self) {
-        for name in [CF_LOG, CF_RAFT, CF_STATE, CF_META] {
+        for name in COLUMN_FAMILIES {
             self.db.compact_range_cf(self.cf(name), None::<&[u8]>, None::<&[u8]>);
         }
     }
@@ -410,7 +412,7 @@ fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
     table.set_partition_filters(true);
     table.set_pin_top_level_index_and_filter(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-    [CF_LOG, CF_RAFT, CF_STATE, CF_META].map(|name| {
+    COLUMN_FAMILIES.map(|name| {
         let mut cf = Options::default();
         cf.set_block_based_table_factory(&table);
         let (size, count) = if name == CF_LOG || name == CF_STATE {

@@ -13,7 +13,7 @@ use wasmraft_raft::{Index, Membership, SnapshotMeta};
 use crate::codec;
 use crate::error::StorageError;
 use crate::log::encode_index;
-use crate::rocks::{CF_LOG, CF_META, CF_RAFT, CF_STATE, KEY_SNAPSHOT, Storage};
+use crate::rocks::{CF_LOG, CF_META, CF_RAFT, COLUMN_FAMILIES, KEY_SNAPSHOT, Storage};
 
 pub(crate) const KEY_APPLIED_MEMBERSHIP: &[u8] = b"applied_membership";
 pub(crate) const ADDRESS_PREFIX: &[u8] = b"address/";
@@ -111,7 +111,7 @@ impl Storage {
     pub fn flush_ahead_of_snapshot(&self) -> Result<(), StorageError> {
         let mut opts = rocksdb::FlushOptions::default();
         opts.set_wait(false);
-        let cfs: Vec<_> = [CF_LOG, CF_RAFT, CF_STATE, CF_META].into_iter().map(|name| self.cf(name)).collect();
+        let cfs: Vec<_> = COLUMN_FAMILIES.into_iter().map(|name| self.cf(name)).collect();
         self.db.flush_cfs_opt(&cfs, &opts)?;
         Ok(())
     }
@@ -119,7 +119,7 @@ impl Storage {
     /// Bytes in memtables, not yet flushed, over every column family.
     pub fn unflushed_bytes(&self) -> Result<u64, StorageError> {
         let mut total = 0;
-        for name in [CF_LOG, CF_RAFT, CF_STATE, CF_META] {
+        for name in COLUMN_FAMILIES {
             total += self.db.property_int_value_cf(self.cf(name), "rocksdb.cur-size-all-mem-tables")?.unwrap_or(0);
         }
         Ok(total)
@@ -129,7 +129,7 @@ impl Storage {
     pub fn flushes_pending(&self) -> Result<bool, StorageError> {
         let running = self.db.property_int_value("rocksdb.num-running-flushes")?.unwrap_or(0);
         let mut pending = running > 0;
-        for name in [CF_LOG, CF_RAFT, CF_STATE, CF_META] {
+        for name in COLUMN_FAMILIES {
             pending |= self.db.property_int_value_cf(self.cf(name), "rocksdb.mem-table-flush-pending")?.unwrap_or(0) > 0;
         }
         Ok(pending)

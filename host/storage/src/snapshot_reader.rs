@@ -5,7 +5,7 @@ use wasmraft_raft::Index;
 
 use crate::codec;
 use crate::error::StorageError;
-use crate::rocks::{CF_LOG, CF_META, CF_RAFT, CF_STATE, KEY_APPLIED, Storage};
+use crate::rocks::{CF_META, CF_STATE, COLUMN_FAMILIES, KEY_APPLIED, Storage};
 use crate::snapshot::{SYSTEM_PREFIXES, SnapshotPart};
 use crate::state::SESSION_PREFIX;
 
@@ -61,7 +61,7 @@ impl SnapshotReader {
     pub(crate) fn open_checkpoint(path: &std::path::Path, index: Option<Index>) -> Result<SnapshotReader, StorageError> {
         let mut opts = Options::default();
         opts.set_max_open_files(-1); // every table file opened now, see above
-        let db = DB::open_cf_for_read_only(&opts, path, [CF_LOG, CF_RAFT, CF_STATE, CF_META], false)?;
+        let db = DB::open_cf_for_read_only(&opts, path, COLUMN_FAMILIES, false)?;
         let applied = match db.get_cf(db.cf_handle(CF_META).expect("cf"), KEY_APPLIED)? {
             Some(bytes) => codec::decode_log_id("applied", &bytes)?,
             None => Default::default(),

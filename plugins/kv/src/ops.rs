@@ -163,11 +163,7 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
     check_put(r)?;
     // etcd's Put looks the lease up before the key.
     crate::leases::check_attach(r.lease, &r.key)?;
-    let prev_stored = keyspace::get_stored(&r.key);
-    let (prev, prev_record) = match prev_stored {
-        Some((kv, record)) => (Some(kv), Some(record)),
-        None => (None, None),
-    };
+    let (prev, prev_record) = keyspace::get_stored(&r.key).unzip();
     if (r.ignore_value || r.ignore_lease) && prev.is_none() {
         return Err(KvError::Rejected(ERR_KEY_NOT_FOUND));
     }
