@@ -1,5 +1,6 @@
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rocksdb::{ColumnFamilyDescriptor, DB, Options, WriteBatch, WriteOptions};
@@ -53,7 +54,7 @@ pub(crate) struct Bounds {
 /// read, all through `&self`.
 #[derive(Clone)]
 pub struct Storage {
-    pub(crate) db: Arc<DB>,
+    pub(crate) db: Arc<Db>,
     pub(crate) bounds: Arc<Mutex<Bounds>>,
     /// The term of every entry in the log (`term_index.rs`), kept in step
     /// with the bounds.
@@ -62,7 +63,7 @@ pub struct Storage {
     pub(crate) options: StorageOptions,
     /// Fault injection: writes still allowed before the store acts as if
     /// the process died (`u64::MAX`: no limit). See [`Storage::crash_after_writes`].
-    pub(crate) writes_left: Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) writes_left: Arc<AtomicU64>,
     /// Fault injection: milliseconds each synced log append waits first.
     /// See [`Storage::stall_synced_appends`].
     pub(crate) append_stall_ms: Arc<std::sync::atomic::AtomicU64>,
@@ -81,16 +82,25 @@ impl Storage {
     /// Opens (or creates) the store in `dir` for node `node_id`. A directory
     /// written by another node id is refused.
     pub fn open(dir: &Path, node_id: u64, options: StorageOptions) -> Result<Self, StorageError> {
-        let mut db_opts = Options::default();
+        // Applied batches skip RocksDB's write-ahead log (`Storage::apply`):
+        // what a close flushes, `Db`'s drop flushes instead, unless the
+        // store is to act as if its process died.
+        let mut db_opts = Options::default().get_options_from_string("avoid_flush_during_shutdown=true")?;
+        // The keyspace and the applied id are in two column families, and
+        // unflushed writes of either are lost in a crash: flushed apart, a
+        // restart could find a state ahead of its applied id and apply
+        // entries to it a second time. Flushed together, they always agree.
+        db_opts.set_atomic_flush(true);
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
         // Recovery after a torn tail: replay the WAL up to the last intact record
         // rather than refusing to open.
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         let cfs = bounded_memory(&mut db_opts);
+        let writes_left = Arc::new(AtomicU64::new(u64::MAX));
         let db = DB::open_cf_descriptors(&db_opts, dir, cfs)?;
         let storage = Self {
-            db: Arc::new(db),
+            db: Arc::new(Db { db, writes_left: writes_left.clone() }),
             bounds: Arc::new(Mutex::new(Bounds {
                 first: Index(1),
                 last: Index(0),
@@ -99,7 +109,7 @@ impl Storage {
             terms: Arc::default(),
             hard_state: Arc::new(Mutex::new(HardState::default())),
             options,
-            writes_left: Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
+            writes_left,
             append_stall_ms: Arc::default(),
         };
         storage.check_node_id(node_id)?;
@@ -170,7 +180,6 @@ impl Storage {
 
     /// Counts one durable write against a crash point, if one is set.
     pub(crate) fn spend_write(&self) -> Result<(), StorageError> {
-        use std::sync::atomic::Ordering;
         let left = self.writes_left.load(Ordering::Acquire);
         if left != u64::MAX {
             if left == 0 {
@@ -186,8 +195,11 @@ impl Storage {
     /// changes nothing, as if the process had died between two writes. The
     /// test then drops every handle and opens the directory again. A write
     /// batch is atomic, so this reaches every crash point a `kill -9` can.
+    /// Once crashed, the store is not flushed when it closes: applied
+    /// batches not yet in a table file are lost, as in a real crash, and
+    /// the node applies their entries again from the log. `0` crashes now.
     pub fn crash_after_writes(&self, writes: u64) {
-        self.writes_left.store(writes, std::sync::atomic::Ordering::Release);
+        self.writes_left.store(writes, Ordering::Release);
     }
 
     /// Fault injection for tests: from now on every synced log append
@@ -202,7 +214,7 @@ impl Storage {
     /// Node-local (not in snapshots), not synced: an older note gives the
     /// same estimate.
     pub fn note_log_time(&self, log_time_ms: u64, wall_ms: u64) -> Result<(), StorageError> {
-        if self.writes_left.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        if self.writes_left.load(Ordering::Acquire) == 0 {
             return Err(StorageError::Crashed);
         }
         let mut note = log_time_ms.to_be_bytes().to_vec();
@@ -229,6 +241,20 @@ impl Storage {
     pub(crate) fn sync_opts(&self) -> WriteOptions {
         let mut o = WriteOptions::default();
         o.set_sync(self.options.sync_log);
+        o
+    }
+
+    /// Options for an applied batch: not in RocksDB's write-ahead log. The
+    /// Raft log is the state's write-ahead log: a crash loses the applied
+    /// batches that are only in memtables, with the applied id they set
+    /// (atomic flush keeps the two in step), and the node applies those
+    /// entries again from the log, which holds every entry after the
+    /// last snapshot. Every write would otherwise go to disk twice, once
+    /// in the log entry and once in the state, and each log fsync would
+    /// carry both.
+    pub(crate) fn applied_batch_opts() -> WriteOptions {
+        let mut o = WriteOptions::default();
+        o.disable_wal(true);
         o
     }
 
@@ -354,6 +380,36 @@ impl Storage {
     /// The path of the RocksDB directory.
     pub fn path(&self) -> &Path {
         self.db.path()
+    }
+}
+
+/// The RocksDB instance of a [`Storage`] and all its clones. Closing it
+/// (the last clone dropped) flushes the memtables: applied batches are not
+/// in the write-ahead log ([`Storage::applied_batch_opts`]), and a clean
+/// stop should not have to apply them again. A store that acts as if its
+/// process died ([`Storage::crash_after_writes`]) closes without a flush,
+/// losing them as a `kill -9` would.
+pub(crate) struct Db {
+    db: DB,
+    writes_left: Arc<AtomicU64>,
+}
+
+impl std::ops::Deref for Db {
+    type Target = DB;
+    fn deref(&self) -> &DB {
+        &self.db
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if self.writes_left.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let cfs: Vec<_> = COLUMN_FAMILIES.iter().filter_map(|name| self.db.cf_handle(name)).collect();
+        if let Err(e) = self.db.flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default()) {
+            tracing::warn!(error = %e, "cannot flush the store as it closes; the node applies the unflushed entries again from its log");
+        }
     }
 }
 

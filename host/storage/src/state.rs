@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode, WriteBatch, WriteOptions};
+use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode, WriteBatch};
 use wasmraft_raft::{LogId, Membership};
 
 use crate::codec;
@@ -54,8 +54,10 @@ fn session_key(client: u64) -> Vec<u8> {
 impl Storage {
     /// Writes an applied batch: the plugin's writes, the client-session
     /// records that changed (`None` removes one) and the log id of the last
-    /// entry they cover, atomically (not fsynced: the log is durable and is
-    /// replayed from the applied id after a crash).
+    /// entry they cover, atomically. Not durable until RocksDB flushes it
+    /// (it is not in RocksDB's write-ahead log, see
+    /// [`Storage::applied_batch_opts`]): after a crash the node applies
+    /// again the entries after the applied id it finds.
     pub fn apply<'a>(
         &self,
         applied: LogId,
@@ -110,7 +112,7 @@ impl Storage {
             batch.put_cf(meta, KEY_LOG_TIME, ms.to_be_bytes());
         }
         batch.put_cf(meta, KEY_APPLIED, codec::encode_log_id(&applied));
-        self.write(batch, &WriteOptions::default())?;
+        self.write(batch, &Self::applied_batch_opts())?;
         Ok(())
     }
 
@@ -179,7 +181,7 @@ impl Storage {
 pub struct StateReader {
     /// Declared before `db`, so released before it.
     snapshot: Option<SnapshotWithThreadMode<'static, DB>>,
-    pub(crate) db: Arc<DB>,
+    pub(crate) db: Arc<crate::rocks::Db>,
 }
 
 impl std::fmt::Debug for StateReader {

@@ -85,6 +85,74 @@ fn applied_state_and_applied_id_are_written_together() {
     assert_eq!(s.sessions().unwrap(), vec![(7, b"session of 7".to_vec())]);
 }
 
+/// Applied batches are not in RocksDB's write-ahead log, the Raft log is
+/// theirs: a crash loses those not flushed yet, together with the applied
+/// id they set, and keeps every log entry to apply them again.
+#[test]
+fn a_crash_loses_unflushed_applied_batches_with_their_applied_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let none: [(u64, Option<&[u8]>); 0] = [];
+    {
+        let s = open(dir.path());
+        s.append(&[entry(1, 1, "a"), entry(1, 2, "b"), entry(1, 3, "c")], None, true).unwrap();
+        s.apply(LogId::new(1, 1), [StateWrite { key: b"k", value: Some(b"1") }], [(7, Some(&b"s1"[..]))]).unwrap();
+    }
+    {
+        // The clean close above flushed; this one crashes.
+        let s = open(dir.path());
+        assert_eq!(s.applied().unwrap(), LogId::new(1, 1));
+        s.apply(
+            LogId::new(1, 2),
+            [StateWrite { key: b"k", value: Some(b"2") }, StateWrite { key: b"k2", value: Some(b"x") }],
+            [(7, Some(&b"s2"[..]))],
+        )
+        .unwrap();
+        s.apply(LogId::new(1, 3), [StateWrite { key: b"k", value: None }], none).unwrap();
+        s.crash_after_writes(0);
+    }
+    let s = open(dir.path());
+    assert_eq!(s.applied().unwrap(), LogId::new(1, 1));
+    assert_eq!(s.consistent_reader().dump().unwrap(), vec![(b"k".to_vec(), b"1".to_vec())]);
+    assert_eq!(s.sessions().unwrap(), vec![(7, b"s1".to_vec())]);
+    assert_eq!(s.read_entries(Index(2), Index(4)).unwrap(), vec![entry(1, 2, "b"), entry(1, 3, "c")]);
+}
+
+/// RocksDB flushes the keyspace on its own once its memtable fills; the
+/// applied id, in another column family, must reach the table files with
+/// it (atomic flush), or a restart would find a state ahead of its applied
+/// id and apply entries to it a second time.
+#[test]
+fn a_crash_after_a_flush_of_its_own_finds_the_state_at_its_applied_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let none: [(u64, Option<&[u8]>); 0] = [];
+    let value = vec![7u8; 1 << 20];
+    let key = |i: u64| format!("batch-{i:03}").into_bytes();
+    let batches = {
+        let s = open(dir.path());
+        // 24 MiB: past one memtable of the keyspace (16 MiB), far below what
+        // makes the small column families flush on their own.
+        let mut i = 0;
+        while i < 24 {
+            i += 1;
+            s.apply(LogId::new(1, i), [StateWrite { key: &key(i), value: Some(&value) }], none).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while s.flushes_pending().unwrap() {
+            assert!(std::time::Instant::now() < deadline, "the flush never ended");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        i += 1;
+        s.apply(LogId::new(1, i), [StateWrite { key: &key(i), value: Some(&value) }], none).unwrap();
+        s.crash_after_writes(0);
+        i
+    };
+    let s = open(dir.path());
+    let applied = s.applied().unwrap().index.0;
+    assert!(applied > 0 && applied < batches, "applied {applied}: the flush of its own kept a part of the {batches} batches");
+    let keys: Vec<Vec<u8>> = s.consistent_reader().dump().unwrap().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, (1..=applied).map(key).collect::<Vec<_>>(), "the state holds exactly the batches up to the applied id");
+}
+
 #[test]
 fn scans_respect_bounds_and_direction() {
     let dir = tempfile::tempdir().unwrap();

@@ -40,7 +40,11 @@ fn target(dir: &std::path::Path) -> Storage {
     s.append(&[entry], None, true).unwrap();
     s.apply(LogId::new(1, 1), [StateWrite { key: b"stale", value: Some(b"old") }], [(9, Some(&b"old session"[..]))])
         .unwrap();
-    s
+    // Closed and opened again, which flushes: the old state is on disk, as
+    // a node's is by the time a snapshot comes (else a crash would lose it
+    // and the node would apply it again from its log).
+    drop(s);
+    open(dir)
 }
 
 fn send(from: &Storage, meta: &SnapshotMeta, to: &Storage, max_bytes: u64) -> Result<wasmraft_storage::StagedSnapshot, StorageError> {

@@ -674,6 +674,15 @@ pub fn range_count(bytes: &[u8]) -> i64 {
     r.count
 }
 
+/// Each key of a range response with its version, create and mod
+/// revisions.
+pub fn range_stamps(bytes: &[u8]) -> Vec<(String, i64, i64, i64)> {
+    let Some(Response::ResponseRange(r)) = ResponseOp::decode(bytes).expect("a ResponseOp").response else {
+        panic!("not a range response")
+    };
+    r.kvs.into_iter().map(|kv| (String::from_utf8(kv.key).unwrap(), kv.version, kv.create_revision, kv.mod_revision)).collect()
+}
+
 pub fn range_kvs(bytes: &[u8]) -> Vec<(String, String)> {
     let Some(Response::ResponseRange(r)) =
         ResponseOp::decode(bytes).expect("a ResponseOp").response

@@ -355,7 +355,11 @@ impl World {
             if let Some(slot) = self.slots.get_mut(&id) {
                 if slot.live.is_some() {
                     if self.rng.chance(0.5) {
-                        slot.live = None;
+                        // Its store closes as a killed process's does: what
+                        // RocksDB had not flushed is lost.
+                        if let Some(live) = slot.live.take() {
+                            live.node.storage().crash_after_writes(0);
+                        }
                         slot.down_until = self.now + down;
                         self.stats.kills += 1;
                         trace!(self, "kill -9 node {id}, back in {down} ms");
