@@ -82,9 +82,10 @@ impl Storage {
     /// Opens (or creates) the store in `dir` for node `node_id`. A directory
     /// written by another node id is refused.
     pub fn open(dir: &Path, node_id: u64, options: StorageOptions) -> Result<Self, StorageError> {
-        // Applied batches skip RocksDB's write-ahead log (`Storage::apply`):
-        // what a close flushes, `Db`'s drop flushes instead, unless the
-        // store is to act as if its process died.
+        // Applied batches skip RocksDB's write-ahead log
+        // (`Storage::applied_batch_opts`): what a close would flush, `Db`'s
+        // drop flushes instead, unless the store is to act as if its
+        // process died.
         let mut db_opts = Options::default().get_options_from_string("avoid_flush_during_shutdown=true")?;
         // The keyspace and the applied id are in two column families, and
         // unflushed writes of either are lost in a crash: flushed apart, a
@@ -430,12 +431,12 @@ const MEMTABLE_BYTES: usize = 16 << 20;
 const MEMTABLES_PER_LARGE_CF: i32 = 4;
 /// One memtable of the small column families (hard state, metadata).
 const SMALL_MEMTABLE_BYTES: usize = 4 << 20;
-/// Write-ahead log files kept at most: past it, RocksDB flushes the column
-/// families that hold the oldest one. A WAL file is deleted only once every
-/// column family's data in it is flushed, and the small ones (hard state,
-/// metadata) take a write in nearly every file but fill their memtables
-/// rarely: by default (4 x all memtables) a node kept 700 MB of WAL under
-/// large values, five times the data written.
+/// Write-ahead log files kept at most: past it, RocksDB flushes (every
+/// column family, in one atomic flush) so that the oldest file can go. A
+/// WAL file is deleted only once every column family's data in it is
+/// flushed, and the hard state takes a write in nearly every file but fills
+/// its memtable rarely: by default (4 x all memtables) a node kept 700 MB of
+/// WAL under large values, five times the data written.
 const MAX_TOTAL_WAL_BYTES: u64 = 2 * MEMTABLES_BYTES as u64;
 /// One block cache for every column family.
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
