@@ -61,9 +61,6 @@ pub struct Storage {
     pub(crate) terms: Arc<Mutex<TermIndex>>,
     pub(crate) hard_state: Arc<Mutex<HardState>>,
     pub(crate) options: StorageOptions,
-    /// Fault injection: writes still allowed before the store acts as if
-    /// the process died (`u64::MAX`: no limit). See [`Storage::crash_after_writes`].
-    pub(crate) writes_left: Arc<AtomicU64>,
     /// Fault injection: milliseconds each synced log append waits first.
     /// See [`Storage::stall_synced_appends`].
     pub(crate) append_stall_ms: Arc<std::sync::atomic::AtomicU64>,
@@ -98,10 +95,9 @@ impl Storage {
         // rather than refusing to open.
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         let cfs = bounded_memory(&mut db_opts);
-        let writes_left = Arc::new(AtomicU64::new(u64::MAX));
         let db = DB::open_cf_descriptors(&db_opts, dir, cfs)?;
         let storage = Self {
-            db: Arc::new(Db { db, writes_left: writes_left.clone() }),
+            db: Arc::new(Db { db, writes_left: AtomicU64::new(u64::MAX) }),
             bounds: Arc::new(Mutex::new(Bounds {
                 first: Index(1),
                 last: Index(0),
@@ -110,7 +106,6 @@ impl Storage {
             terms: Arc::default(),
             hard_state: Arc::new(Mutex::new(HardState::default())),
             options,
-            writes_left,
             append_stall_ms: Arc::default(),
         };
         storage.check_node_id(node_id)?;
@@ -181,12 +176,12 @@ impl Storage {
 
     /// Counts one durable write against a crash point, if one is set.
     pub(crate) fn spend_write(&self) -> Result<(), StorageError> {
-        let left = self.writes_left.load(Ordering::Acquire);
+        let left = self.db.writes_left.load(Ordering::Acquire);
         if left != u64::MAX {
             if left == 0 {
                 return Err(StorageError::Crashed);
             }
-            self.writes_left.store(left - 1, Ordering::Release);
+            self.db.writes_left.store(left - 1, Ordering::Release);
         }
         Ok(())
     }
@@ -200,7 +195,7 @@ impl Storage {
     /// batches not yet in a table file are lost, as in a real crash, and
     /// the node applies their entries again from the log. `0` crashes now.
     pub fn crash_after_writes(&self, writes: u64) {
-        self.writes_left.store(writes, Ordering::Release);
+        self.db.writes_left.store(writes, Ordering::Release);
     }
 
     /// Fault injection for tests: from now on every synced log append
@@ -215,7 +210,7 @@ impl Storage {
     /// Node-local (not in snapshots), not synced: an older note gives the
     /// same estimate.
     pub fn note_log_time(&self, log_time_ms: u64, wall_ms: u64) -> Result<(), StorageError> {
-        if self.writes_left.load(Ordering::Acquire) == 0 {
+        if self.db.crashed() {
             return Err(StorageError::Crashed);
         }
         let mut note = log_time_ms.to_be_bytes().to_vec();
@@ -392,7 +387,25 @@ impl Storage {
 /// losing them as a `kill -9` would.
 pub(crate) struct Db {
     db: DB,
-    writes_left: Arc<AtomicU64>,
+    /// Fault injection: writes still allowed before the store acts as if
+    /// the process died (`u64::MAX`: no limit). See [`Storage::crash_after_writes`].
+    writes_left: AtomicU64,
+}
+
+impl Db {
+    /// Whether the store acts as if its process died.
+    fn crashed(&self) -> bool {
+        self.writes_left.load(Ordering::Acquire) == 0
+    }
+
+    /// Flushes every column family's memtables, in one atomic flush;
+    /// `wait`: returns once it is done, else once it is scheduled.
+    pub(crate) fn flush_all(&self, wait: bool) -> Result<(), rocksdb::Error> {
+        let mut opts = rocksdb::FlushOptions::default();
+        opts.set_wait(wait);
+        let cfs: Vec<_> = COLUMN_FAMILIES.iter().filter_map(|name| self.db.cf_handle(name)).collect();
+        self.db.flush_cfs_opt(&cfs, &opts)
+    }
 }
 
 impl std::ops::Deref for Db {
@@ -404,11 +417,10 @@ impl std::ops::Deref for Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        if self.writes_left.load(Ordering::Acquire) == 0 {
+        if self.crashed() {
             return;
         }
-        let cfs: Vec<_> = COLUMN_FAMILIES.iter().filter_map(|name| self.db.cf_handle(name)).collect();
-        if let Err(e) = self.db.flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default()) {
+        if let Err(e) = self.flush_all(true) {
             tracing::warn!(error = %e, "cannot flush the store as it closes; the node applies the unflushed entries again from its log");
         }
     }

@@ -109,10 +109,7 @@ impl Storage {
     /// flushes only what was written since, instead of stopping its caller
     /// for a whole memtable's flush.
     pub fn flush_ahead_of_snapshot(&self) -> Result<(), StorageError> {
-        let mut opts = rocksdb::FlushOptions::default();
-        opts.set_wait(false);
-        let cfs: Vec<_> = COLUMN_FAMILIES.into_iter().map(|name| self.cf(name)).collect();
-        self.db.flush_cfs_opt(&cfs, &opts)?;
+        self.db.flush_all(false)?;
         Ok(())
     }
 
