@@ -37,31 +37,8 @@ pub(crate) enum ApplyTask {
     InstallSnapshot { meta: SnapshotMeta, data: StagedSnapshot, done: std::sync::mpsc::Sender<Result<(), String>> },
     /// Fault injection: fail as a storage error would.
     Fail,
-}
-
-/// Where the Raft loop hands work to the apply side: the apply thread's
-/// channel, or the simulation's apply step.
-pub(crate) trait ApplyPort: Send {
-    /// Queues `task`; tasks are carried out in the order they were sent.
-    fn send(&mut self, task: ApplyTask);
-
-    /// Installs a snapshot after every task sent before it, and returns once
-    /// it is durable (the Raft loop acknowledges the snapshot after that).
-    fn install_snapshot(&mut self, meta: SnapshotMeta, data: StagedSnapshot) -> Result<(), String>;
-}
-
-impl ApplyPort for Sender<ApplyTask> {
-    fn send(&mut self, task: ApplyTask) {
-        // The apply thread gone means the node is stopping or fatal; the
-        // Raft loop learns so from the status at its next turn.
-        let _ = Sender::send(self, task);
-    }
-
-    fn install_snapshot(&mut self, meta: SnapshotMeta, data: StagedSnapshot) -> Result<(), String> {
-        let (done, wait) = std::sync::mpsc::channel();
-        let _ = Sender::send(self, ApplyTask::InstallSnapshot { meta, data, done });
-        wait.recv().map_err(|_| "the apply thread stopped".to_string())?
-    }
+    /// These tasks, in order (see [`RegistrationsHeld`](crate::apply_port::RegistrationsHeld)).
+    Many(Vec<ApplyTask>),
 }
 
 /// The clients waiting for one entry: almost always one, so the others
@@ -123,6 +100,8 @@ pub(crate) struct ApplyWorker {
     pub replay: Option<crate::progress::Replay>,
     /// The plugin's wake-up, published to the Raft loop.
     pub wake: Arc<crate::timers::WakeUp>,
+    /// Whether the Raft loop asked to hear of the next applied batch.
+    pub applied_wanted: Arc<crate::apply_port::AppliedWanted>,
 }
 
 impl ApplyWorker {
@@ -207,6 +186,13 @@ impl ApplyWorker {
             ApplyTask::Fail => {
                 self.fail("fault injection: the apply worker failed".to_string());
                 return Flow::Stop;
+            }
+            ApplyTask::Many(tasks) => {
+                for task in tasks {
+                    if self.handle(task) == Flow::Stop {
+                        return Flow::Stop;
+                    }
+                }
             }
             ApplyTask::Apply(entries) => {
                 let result = self
@@ -586,7 +572,10 @@ impl ApplyWorker {
         }
         self.status.lock().applied = last.0;
         self.applied.send_replace(last.0);
-        let _ = self.raft.send(LoopMsg::Applied(last));
+        // After the index is published (see `AppliedWanted`).
+        if self.applied_wanted.take() {
+            let _ = self.raft.send(LoopMsg::Applied(last));
+        }
     }
 }
 

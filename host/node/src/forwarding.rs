@@ -235,6 +235,11 @@ impl Budget {
         }
     }
 
+    /// Whether appended batches hold room until they are applied.
+    pub(crate) fn holds(&self) -> bool {
+        !self.appended.is_empty()
+    }
+
     /// Gives back what batches applied by `applied` held, or everything if
     /// this node no longer `leads`.
     pub(crate) fn applied(&mut self, applied: u64, leads: bool) {

@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 mod apply;
+mod apply_port;
 mod apply_tick;
 mod config;
 mod deploy;

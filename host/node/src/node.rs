@@ -407,6 +407,7 @@ impl Node {
 
         let metrics = Arc::new(crate::metrics::NodeMetrics::default());
         let wake = Arc::new(crate::timers::WakeUp::default());
+        let applied_wanted = Arc::new(crate::apply_port::AppliedWanted::default());
         let worker = ApplyWorker {
             state_machine: Box::new(applier),
             storage: storage.clone(),
@@ -431,6 +432,7 @@ impl Node {
             metrics: metrics.clone(),
             replay: crate::progress::Replay::new(applied.index.0, hard_state.commit.0),
             wake: wake.clone(),
+            applied_wanted: applied_wanted.clone(),
         };
         worker.publish_stored_wake_up().map_err(StartError::Recovery)?;
         let lease = Arc::new(crate::lease_share::LeaseShare::default());
@@ -439,7 +441,7 @@ impl Node {
             storage: storage.clone(),
             transport,
             inbox: raft_rx,
-            apply: Box::new(apply_tx),
+            apply: Box::new(crate::apply_port::RegistrationsHeld::new(Box::new(apply_tx))),
             status: status.clone(),
             lease: lease.clone(),
             tick_interval: config.tick_interval,
@@ -475,6 +477,7 @@ impl Node {
             retries: Default::default(),
             max_request_bytes: config.max_request_bytes,
             max_apply_lag: config.max_apply_lag,
+            applied_wanted,
             election_timeout: config.tick_interval * config.election_ticks as u32,
             unwritten_bytes: 0,
             slow_syncs: crate::raft_loop::SlowSyncs::new(

@@ -15,7 +15,8 @@ use wasmraft_raft::{
 };
 use wasmraft_storage::{StagedSnapshot, Storage};
 
-use crate::apply::{ApplyPort, ApplyTask};
+use crate::apply::ApplyTask;
+use crate::apply_port::ApplyPort;
 use crate::forwarding::{self, Forwarding};
 use crate::system::SystemCommand;
 use crate::error::Error;
@@ -217,6 +218,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// Past this many committed entries not yet applied, a leader refuses
     /// followers' proposals as its node refuses its own clients'.
     pub max_apply_lag: u64,
+    /// Whether this loop asked to hear of the next applied batch.
+    pub applied_wanted: Arc<crate::apply_port::AppliedWanted>,
 }
 
 /// A Ready being written, whether its write is synced, how many entries it
@@ -407,10 +410,7 @@ impl<T: Transport> RaftLoop<T> {
                         Err(e) => self.dropped.note(&e),
                     }
                 }
-                LoopMsg::Applied(index) => {
-                    self.raw.applied_to(index);
-                    self.ticker.applied(index.0);
-                }
+                LoopMsg::Applied(index) => self.note_applied(index),
                 LoopMsg::Persisted(result) => persisted = Some(result),
                 LoopMsg::ReceiveSnapshot(m, data) => {
                     if let Err(reason) = self.may_install(&m) {
@@ -523,6 +523,7 @@ impl<T: Transport> RaftLoop<T> {
             let st = self.status.lock();
             (st.fatal.clone(), st.applied)
         };
+        self.note_applied(Index(applied));
         let leads = self.raw.role_and_term().0 == Role::Leader;
         self.forwarded_budget.applied(applied, leads);
         if !leads {
@@ -562,7 +563,33 @@ impl<T: Transport> RaftLoop<T> {
             self.stop_as_removed("a committed configuration removed it");
             return Flow::Stop;
         }
+        self.ask_for_applied_if_waiting();
         Flow::Continue
+    }
+
+    /// The apply side applied through `index` (reported, or read from the
+    /// node's status at a turn).
+    fn note_applied(&mut self, index: Index) {
+        if index > self.raw.applied() {
+            self.raw.applied_to(index);
+        }
+        self.ticker.applied(index.0);
+    }
+
+    /// Asks the apply worker to tell this loop of its next batch if
+    /// something here waits for applying to progress; otherwise the next
+    /// turn reads the applied index anyway (see `AppliedWanted`).
+    fn ask_for_applied_if_waiting(&mut self) {
+        let waits = self.raw.waits_for_applied() || self.ticker.waits_for_applied() || self.forwarded_budget.holds();
+        if !waits {
+            return;
+        }
+        self.applied_wanted.ask();
+        // Applied since this turn read it: take another turn for it.
+        let applied = self.status.lock().applied;
+        if applied > self.raw.applied().0 {
+            let _ = self.self_tx.send(LoopMsg::Applied(Index(applied)));
+        }
     }
 
     /// Whether a received snapshot may be installed: only the leader of the
@@ -872,6 +899,16 @@ impl<T: Transport> RaftLoop<T> {
                 // Installed by the apply side, after everything it was given
                 // before, and durably so before this Ready is acknowledged.
                 self.apply.install_snapshot(meta, data)?;
+                let log_time = self.storage.log_time_ms().map_err(|e| e.to_string())?;
+                self.stamp_clock.rewind(log_time.unwrap_or(0), self.now);
+            }
+            if let Some(first) = rd.entries.first().map(|e| e.log_id.index) {
+                if first <= self.storage.log_bounds().1 {
+                    // A suffix this node wrote is replaced (see `StampClock::rewind`).
+                    let applied = self.storage.log_time_ms().map_err(|e| e.to_string())?.unwrap_or(0);
+                    let kept = crate::timers::last_stamp_before(&self.storage, first);
+                    self.stamp_clock.rewind(kept.max(applied), self.now);
+                }
             }
             // Entries, a term or a vote: written off this thread.
             self.stamp_clock.observe(&rd.entries, self.now);

@@ -32,22 +32,29 @@ pub const MAX_CLOCK_STEP_MS: u64 = 500;
 /// How far back a restarting node looks in its log for the last stamp.
 const RESTART_WALK: u64 = 256;
 
-/// A leader's anchor for the term it leads: `stamp_ms` at `at`.
+/// A leader's anchor for the term it leads: `stamp_ms` at `at`, and the
+/// highest stamp made in the term since.
 #[derive(Clone, Copy, Debug)]
 struct Anchor {
     term: u64,
     stamp_ms: u64,
     at: Instant,
+    made_ms: u64,
 }
 
 /// The Raft loop's log clock.
 #[derive(Debug)]
 pub(crate) struct StampClock {
-    /// The highest stamp seen in the log or made here.
+    /// The highest stamp seen in the log. Stamps this node makes count
+    /// once they are written to its log: one made in a term whose entry
+    /// never got there (a proposal dropped as its leader stepped down)
+    /// is no log time, and counted on, it would let this node's next
+    /// term start ahead of its predecessor's log time by more than
+    /// [`MAX_CLOCK_STEP_MS`].
     last_ms: u64,
     /// Log time as this node knows it: `ms` at `at`, the last stamp it saw
-    /// or made (after a restart, first the estimate from its note). None
-    /// until then.
+    /// in its log (after a restart, first the estimate from its note).
+    /// None until then.
     known: Option<(u64, Instant)>,
     anchor: Option<Anchor>,
     /// The note of log time against the wall clock left before a restart,
@@ -120,21 +127,35 @@ impl StampClock {
         }
     }
 
+    /// The log lost entries this node had written: a follower's suffix
+    /// that conflicts with its leader's, or the whole log for a snapshot.
+    /// The stamps they carried are no log time: this node may have made
+    /// them itself, leading a term whose entries never committed (and a
+    /// term's first stamp may run [`MAX_CLOCK_STEP_MS`] ahead of what it
+    /// knew). Counted on, they let this node's next term start up to one
+    /// more step ahead of its predecessor's log time, and leases end early
+    /// in real time. Log time is now `stamp`, the last one the log holds (0:
+    /// none), as of `now`: an estimate that may lag, never lead.
+    pub fn rewind(&mut self, stamp: u64, now: Instant) {
+        self.last_ms = stamp;
+        self.known = (stamp > 0).then_some((stamp, now));
+        self.anchor = None;
+    }
+
     /// The stamp for entries proposed now by the leader of `term`.
     pub fn stamp(&mut self, term: u64, now: Instant, wall_ms: u64) -> u64 {
         let anchor = match self.anchor {
             Some(a) if a.term == term => a,
             _ => {
                 self.read_note(now, wall_ms);
-                let a = Anchor { term, stamp_ms: self.anchor_ms(now, wall_ms), at: now };
-                self.anchor = Some(a);
-                a
+                let stamp_ms = self.anchor_ms(now, wall_ms);
+                Anchor { term, stamp_ms, at: now, made_ms: stamp_ms }
             }
         };
         let since = now.saturating_duration_since(anchor.at).as_millis() as u64;
-        self.last_ms = self.last_ms.max(anchor.stamp_ms.saturating_add(since));
-        self.known = Some((self.last_ms, now));
-        self.last_ms
+        let stamp = self.last_ms.max(anchor.made_ms).max(anchor.stamp_ms.saturating_add(since));
+        self.anchor = Some(Anchor { made_ms: stamp, ..anchor });
+        stamp
     }
 
     /// The stamp `stamp` would give now in `term`, without moving the
@@ -142,7 +163,7 @@ impl StampClock {
     pub fn peek(&self, term: u64, now: Instant) -> Option<u64> {
         let anchor = self.anchor.filter(|a| a.term == term)?;
         let since = now.saturating_duration_since(anchor.at).as_millis() as u64;
-        Some(self.last_ms.max(anchor.stamp_ms.saturating_add(since)))
+        Some(self.last_ms.max(anchor.made_ms).max(anchor.stamp_ms.saturating_add(since)))
     }
 
     /// Where a new term's stamps start.
@@ -234,6 +255,13 @@ impl Ticker {
     /// The apply side applied up to `index`.
     pub fn applied(&mut self, index: u64) {
         self.applied = self.applied.max(index);
+    }
+
+    /// Whether the next tick waits for an index to be applied: the first
+    /// of this leader's term, or the tick in flight.
+    pub fn waits_for_applied(&self) -> bool {
+        self.leading.as_ref().is_some_and(|l| self.applied < l.first_index)
+            || self.in_flight.is_some_and(|index| self.applied < index)
     }
 
     /// The tick to propose now, if one is due. `last_index` is read once
@@ -355,9 +383,15 @@ pub(crate) fn entry_stamp(e: &Entry) -> Option<u64> {
 
 /// The last stamp in the last [`RESTART_WALK`] entries of the log, or 0.
 pub(crate) fn last_stamp_in_log(storage: &Storage) -> u64 {
-    let (first, last) = storage.log_bounds();
-    let floor = first.0.max(last.0.saturating_sub(RESTART_WALK - 1)).max(1);
-    let mut hi = last.0 + 1;
+    last_stamp_before(storage, Index(storage.log_bounds().1.0 + 1))
+}
+
+/// The last stamp in the [`RESTART_WALK`] entries of the log before
+/// `index`, or 0.
+pub(crate) fn last_stamp_before(storage: &Storage, index: Index) -> u64 {
+    let first = storage.log_bounds().0;
+    let floor = first.0.max(index.0.saturating_sub(RESTART_WALK)).max(1);
+    let mut hi = index.0;
     while hi > floor {
         let lo = hi.saturating_sub(8).max(floor);
         match storage.read_entries(Index(lo), Index(hi)) {
@@ -460,6 +494,36 @@ mod tests {
         // A wall-clock step is noted at once.
         assert_eq!(c.note_due(t0 + Duration::from_millis(1_400), 2_000), None);
         assert_eq!(c.note_due(t0 + Duration::from_millis(1_500), 9_000), Some((61_500, 9_000)));
+    }
+
+    #[test]
+    fn stamps_that_never_reach_the_log_do_not_carry_into_a_later_term() {
+        let t0 = Instant::now();
+        let mut c = StampClock::new(0, None);
+        c.observe(&[stamped(50_000)], t0);
+        // Leading term 2 with a wall clock far ahead: one step, stamped for
+        // a proposal that is dropped as this node steps down.
+        assert_eq!(c.stamp(2, t0, 90_000), 50_000 + MAX_CLOCK_STEP_MS);
+        // Term 3's leader stamps from its own log time; this node leads
+        // term 4, 1 s later, with the same wall clock: one step past log
+        // time, not two.
+        c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100));
+        assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 90_000), 51_000 + MAX_CLOCK_STEP_MS);
+    }
+
+    #[test]
+    fn a_replaced_suffix_takes_its_stamps_with_it() {
+        let t0 = Instant::now();
+        let mut c = StampClock::new(0, None);
+        c.observe(&[stamped(50_000)], t0);
+        assert_eq!(c.stamp(2, t0, 90_000), 50_000 + MAX_CLOCK_STEP_MS);
+        c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
+        // Term 3's leader replaces that entry: the log's last stamp is
+        // 50_000 again, and then term 3's own.
+        c.rewind(50_000, t0 + Duration::from_millis(100));
+        c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100));
+        assert_eq!(c.last_ms(), 50_100);
+        assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 90_000), 51_000 + MAX_CLOCK_STEP_MS);
     }
 
     #[test]

@@ -372,6 +372,12 @@ impl<L: LogReader> RaftLog<L> {
             && (self.applying.is_empty() || self.applying_bytes < self.max_applying_bytes)
     }
 
+    /// Whether committed entries wait for batches handed out to be applied:
+    /// the applying budget is spent.
+    pub(crate) fn waits_for_applying_budget(&self) -> bool {
+        self.committed > self.handed && !self.has_committed_to_hand()
+    }
+
     /// Committed entries not handed out yet, within the applying budget;
     /// marks them handed out.
     pub(crate) fn take_committed(&mut self) -> Vec<Entry> {

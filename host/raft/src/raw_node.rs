@@ -273,6 +273,21 @@ impl<L: LogReader> RawNode<L> {
         self.raft.log.applied_to(index);
     }
 
+    /// The applied index the driver last reported.
+    #[must_use]
+    pub fn applied(&self) -> Index {
+        self.raft.log.applied
+    }
+
+    /// Whether committed entries wait until the driver reports more of the
+    /// entries handed out applied (`max_applying_bytes` is spent): the
+    /// driver should then report [`applied_to`](Self::applied_to) as soon
+    /// as it can.
+    #[must_use]
+    pub fn waits_for_applied(&self) -> bool {
+        self.raft.log.waits_for_applying_budget()
+    }
+
     /// This node's role and term, without the copies [`RawNode::status`]
     /// makes of membership and progress.
     #[must_use]

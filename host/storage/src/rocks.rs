@@ -198,6 +198,12 @@ impl Storage {
         self.db.writes_left.store(writes, Ordering::Release);
     }
 
+    /// Whether a crash point is set ([`Storage::crash_after_writes`]): the
+    /// store may already refuse writes, or will after a few more.
+    pub fn crash_point_set(&self) -> bool {
+        self.db.writes_left.load(Ordering::Acquire) != u64::MAX
+    }
+
     /// Fault injection for tests: from now on every synced log append
     /// takes `stall` longer, as on a disk whose fsync stalls.
     pub fn stall_synced_appends(&self, stall: std::time::Duration) {

@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 use wasmraft_raft::{Message, SnapshotMeta};
 use wasmraft_storage::SnapshotPart;
 
-use crate::apply::{ApplyPort, ApplyTask, ApplyWorker};
+use crate::apply::{ApplyTask, ApplyWorker};
+use crate::apply_port::ApplyPort;
 use crate::config::NodeConfig;
 use crate::node::{Node, Parts};
 use crate::raft_loop::{Flow, RaftLoop};
@@ -124,7 +125,7 @@ impl Live {
             Node::assemble(config, crate::KV_PLUGIN, transport).map_err(|e| e.to_string())?;
         drop(apply_tasks);
         let apply = ApplyStep(Arc::new(Mutex::new(ApplyQueue { worker, tasks: VecDeque::new(), stopped: false })));
-        raft_loop.apply = Box::new(apply.clone());
+        raft_loop.apply = Box::new(crate::apply_port::RegistrationsHeld::new(Box::new(apply.clone())));
         let stopped = raft_loop.start(now) == Flow::Stop;
         Ok(Live { node, raft_loop, apply, stopped })
     }

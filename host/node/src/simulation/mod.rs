@@ -14,7 +14,8 @@
 //! an applied batch, a snapshot, a hash record); restart crashed nodes from
 //! their directories; let a node's apply worker lag behind its log; pause a
 //! node's Raft loop for up to 420 ms; ask the leader to hand leadership on;
-//! step a node's wall clock by up to 10 s (only back while it is down; they
+//! step a node's wall clock by up to 10 s (only back while it is down or
+//! has a crash point set; they
 //! start up to 300 ms apart);
 //! and give every running node a Raft loop turn. Clients put (tagged,
 //! retried until acknowledged) and read (ReadIndex and lease, the latter
@@ -381,11 +382,13 @@ impl World {
             // down, and a leader it becomes before it hears from another
             // moves log time on by that much (the one case
             // docs/design/006-timers-and-leases.md accepts), which the
-            // real-time lease checks do not allow for.
+            // real-time lease checks do not allow for. Nor once a crash
+            // point is set: its storage may refuse the note of the step,
+            // and the node dies with the note before it.
             let id = *self.rng.pick(&ids);
             let step = self.rng.below(20_001) as i64 - 10_000;
             if let Some(slot) = self.slots.get_mut(&id)
-                && (slot.live.is_some() || step < 0)
+                && (slot.live.as_ref().is_some_and(|l| !l.node.storage().crash_point_set()) || step < 0)
             {
                 slot.wall_offset_ms += step;
                 self.stats.clock_steps += 1;
