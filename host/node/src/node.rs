@@ -452,7 +452,7 @@ impl Node {
             next_read_id: 0,
             ticker: crate::timers::Ticker::new(wake, config.tick_interval * config.election_ticks as u32),
             stamp_clock: crate::timers::StampClock::new(
-                crate::timers::last_stamp_in_log(&storage).max(storage.log_time_ms()?.unwrap_or(0)),
+                crate::timers::stored_log_time(&storage)?,
                 storage.log_time_note()?,
             ),
             received_snapshot: None,

@@ -899,15 +899,14 @@ impl<T: Transport> RaftLoop<T> {
                 // Installed by the apply side, after everything it was given
                 // before, and durably so before this Ready is acknowledged.
                 self.apply.install_snapshot(meta, data)?;
-                let log_time = self.storage.log_time_ms().map_err(|e| e.to_string())?;
-                self.stamp_clock.rewind(log_time.unwrap_or(0), self.now);
+                let log_time = crate::timers::stored_log_time(&self.storage).map_err(|e| e.to_string())?;
+                self.stamp_clock.rewind(log_time, self.now);
             }
             if let Some(first) = rd.entries.first().map(|e| e.log_id.index) {
                 if first <= self.storage.log_bounds().1 {
                     // A suffix this node wrote is replaced (see `StampClock::rewind`).
-                    let applied = self.storage.log_time_ms().map_err(|e| e.to_string())?.unwrap_or(0);
-                    let kept = crate::timers::last_stamp_before(&self.storage, first);
-                    self.stamp_clock.rewind(kept.max(applied), self.now);
+                    let log_time = crate::timers::stored_log_time_before(&self.storage, first).map_err(|e| e.to_string())?;
+                    self.stamp_clock.rewind(log_time, self.now);
                 }
             }
             // Entries, a term or a vote: written off this thread.

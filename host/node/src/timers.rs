@@ -381,14 +381,22 @@ pub(crate) fn entry_stamp(e: &Entry) -> Option<u64> {
     }
 }
 
-/// The last stamp in the last [`RESTART_WALK`] entries of the log, or 0.
-pub(crate) fn last_stamp_in_log(storage: &Storage) -> u64 {
-    last_stamp_before(storage, Index(storage.log_bounds().1.0 + 1))
+/// Log time as the store holds it: see [`stored_log_time_before`].
+pub(crate) fn stored_log_time(storage: &Storage) -> Result<u64, wasmraft_storage::StorageError> {
+    stored_log_time_before(storage, Index(storage.log_bounds().1.0 + 1))
+}
+
+/// Log time as the store holds it below `index`: the last stamp in the
+/// [`RESTART_WALK`] entries of the log before it, or the applied state's
+/// log time if later (a log compacted to nothing, a snapshot just
+/// installed); 0 if neither has one.
+pub(crate) fn stored_log_time_before(storage: &Storage, index: Index) -> Result<u64, wasmraft_storage::StorageError> {
+    Ok(last_stamp_before(storage, index).max(storage.log_time_ms()?.unwrap_or(0)))
 }
 
 /// The last stamp in the [`RESTART_WALK`] entries of the log before
 /// `index`, or 0.
-pub(crate) fn last_stamp_before(storage: &Storage, index: Index) -> u64 {
+fn last_stamp_before(storage: &Storage, index: Index) -> u64 {
     let first = storage.log_bounds().0;
     let floor = first.0.max(index.0.saturating_sub(RESTART_WALK)).max(1);
     let mut hi = index.0;
