@@ -252,7 +252,7 @@ fn render_work(out: &mut String, nodes: &[Node]) {
         ("wasmraft_applied_entries_total", "Committed entries applied.", |m| m.apply_batch_size.read().2 as u64),
         ("wasmraft_elections_total", "Elections this node started as a candidate (after winning a pre-vote).", |m| m.elections.load(Relaxed)),
         ("wasmraft_leader_changes_total", "Times this node saw the leader change (or go).", |m| m.leader_changes.load(Relaxed)),
-        ("wasmraft_read_index_rounds_total", "ReadIndex rounds this node started as leader (one per batch of reads).", |m| m.read_index_rounds.load(Relaxed)),
+        ("wasmraft_read_index_rounds_total", "ReadIndex rounds this node started (one per batch of linearizable reads, one at a time).", |m| m.read_index_rounds.load(Relaxed)),
         ("wasmraft_proposals_forwarded_total", "Proposals this node sent to the leader in its Raft stream, as follower.", |m| m.proposals_forwarded.load(Relaxed)),
         ("wasmraft_snapshots_sent_total", "Snapshots this node streamed to a follower that took them.", |m| m.snapshots_sent_ok.load(Relaxed)),
         ("wasmraft_snapshots_send_failures_total", "Snapshots this node failed to stream to a follower (Raft retries).", |m| m.snapshots_sent_failed.load(Relaxed)),

@@ -33,6 +33,7 @@ mod peer_inbox;
 mod progress;
 mod proposing;
 mod raft_loop;
+mod read_queue;
 mod retries;
 mod sessions;
 #[cfg(test)]

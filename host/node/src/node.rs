@@ -216,6 +216,8 @@ struct Inner {
     metrics: Arc<crate::metrics::NodeMetrics>,
     /// The leader's lease as the Raft loop publishes it (lease reads).
     lease: Arc<crate::lease_share::LeaseShare>,
+    /// Linearizable reads waiting for the Raft loop's next round.
+    reads: Arc<crate::read_queue::ReadQueue>,
 }
 
 impl Drop for Inner {
@@ -436,6 +438,7 @@ impl Node {
         };
         worker.publish_stored_wake_up().map_err(StartError::Recovery)?;
         let lease = Arc::new(crate::lease_share::LeaseShare::default());
+        let reads = Arc::new(crate::read_queue::ReadQueue::default());
         let raft_loop = RaftLoop {
             raw,
             storage: storage.clone(),
@@ -448,6 +451,7 @@ impl Node {
             next_tick: std::time::Instant::now(),
             sync_log: config.sync_log,
             pending_reads: HashMap::new(),
+            reads: reads.clone(),
             read_timeout: config.request_timeout,
             next_read_id: 0,
             ticker: crate::timers::Ticker::new(wake, config.tick_interval * config.election_ticks as u32),
@@ -518,6 +522,7 @@ impl Node {
                 cluster_id: Mutex::new(cluster_id),
                 removed,
                 lease,
+                reads,
             }),
         };
         Ok(Parts { node, raft_loop, worker, apply_tasks: apply_rx })
@@ -636,7 +641,7 @@ impl Node {
             Consistency::Linearizable => {
                 self.await_leader().await?;
                 let (reply, rx) = oneshot::channel();
-                self.send(LoopMsg::ReadIndex { reply })?;
+                self.ask_read_index(reply)?;
                 self.wait(rx).await??.0
             }
             Consistency::Lease => match self.lease_held(std::time::Instant::now()) {
@@ -767,6 +772,15 @@ impl Node {
     /// no trip through the loop.
     pub(crate) fn lease_held(&self, now: std::time::Instant) -> Option<crate::lease_share::Published> {
         self.inner.lease.read(now)
+    }
+
+    /// Asks the Raft loop for a read index confirmed by a quorum, through
+    /// the read queue (see `read_queue`): `reply` gets it.
+    pub(crate) fn ask_read_index(&self, reply: crate::raft_loop::IndexReply) -> Result<(), Error> {
+        if self.inner.reads.push(reply)? == crate::read_queue::Ring::Loop {
+            self.send(LoopMsg::ReadsWaiting)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn send(&self, msg: LoopMsg) -> Result<(), Error> {

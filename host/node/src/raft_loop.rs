@@ -36,10 +36,8 @@ pub(crate) enum LoopMsg {
         sequence: u64,
         reply: ProposeReply,
     },
-    /// A linearizable read: reply with a read index confirmed by a quorum.
-    ReadIndex {
-        reply: IndexReply,
-    },
+    /// Linearizable reads wait in the node's `ReadQueue`: start a round.
+    ReadsWaiting,
     /// A lease read: the commit index if the lease holds, else a ReadIndex.
     LeaseRead {
         reply: IndexReply,
@@ -155,6 +153,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// started: a round that never completes (the leader lost its quorum but
     /// not its role yet) is answered with a timeout, not kept forever.
     pub pending_reads: HashMap<ReadId, (Instant, Vec<IndexReply>)>,
+    /// Linearizable reads waiting for the next round (see `read_queue`).
+    pub reads: Arc<crate::read_queue::ReadQueue>,
     /// How long a read waits for its round.
     pub read_timeout: Duration,
     pub next_read_id: u64,
@@ -236,6 +236,9 @@ pub(crate) struct InFlight {
 impl<T: Transport> RaftLoop<T> {
     /// Runs the loop on this thread until shutdown or a fatal error.
     pub fn run(mut self) {
+        // Dropped last: reads waiting or asked for later get the node's
+        // fatal error, also after a panic.
+        let _close_reads = CloseReads(self.reads.clone(), self.status.clone());
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "raft");
         // Nobody answers for this node's lease once the loop ends, also by
         // a panic.
@@ -304,6 +307,7 @@ impl<T: Transport> RaftLoop<T> {
         let flow = self.take_turn(first, now, wall_ms);
         if flow == Flow::Stop {
             self.lease.publish(None);
+            self.reads.close(stopped_error(&self.status.lock()));
         }
         flow
     }
@@ -323,7 +327,6 @@ impl<T: Transport> RaftLoop<T> {
         // check-quorum finds the quorum silent under load.
         let mut proposals = Vec::new();
         let mut forwarded = Vec::new();
-        let mut reads = Vec::new();
         let mut lease_reads = Vec::new();
         let mut renewals = Vec::new();
         let mut turn_messages = 0usize;
@@ -389,7 +392,7 @@ impl<T: Transport> RaftLoop<T> {
                     sequence,
                     reply,
                 } => proposals.push((command, client_id, sequence, reply)),
-                LoopMsg::ReadIndex { reply } => reads.push(reply),
+                LoopMsg::ReadsWaiting => {}
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                 LoopMsg::Renew { key, reply } => renewals.push((key, reply)),
                 LoopMsg::Step(m @ Message { body: MessageBody::Propose { .. } | MessageBody::ProposeResponse { .. }, .. }) => {
@@ -514,7 +517,10 @@ impl<T: Transport> RaftLoop<T> {
                 Some(index) => {
                     let _ = reply.send(Ok(index));
                 }
-                None => reads.push(reply),
+                // Refused only once the loop stopped, which it has not.
+                None => {
+                    let _ = self.reads.push(reply);
+                }
             }
         }
         // The apply worker failed: a node that cannot apply must not
@@ -537,8 +543,15 @@ impl<T: Transport> RaftLoop<T> {
         self.forwarding.forget_abandoned(now);
         self.take_renewals(renewals, now, wall_ms);
         self.propose_tick(now, wall_ms);
-        self.read_index(reads, now);
-        if let Err(e) = self.handle_readies(persisted) {
+        self.start_read_round(now);
+        let mut readies = self.handle_readies(persisted);
+        // The round this node had in flight was answered (or ended) in this
+        // turn: the reads that waited for it start the next one now, as no
+        // later read rings the loop until it takes them.
+        if readies.is_ok() && self.start_read_round(now) {
+            readies = self.handle_readies(None);
+        }
+        if let Err(e) = readies {
             tracing::error!(error = %e, "storage failed; stopping the raft loop");
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
@@ -670,18 +683,32 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    /// Answers reads whose round has outlived the request timeout.
+    /// Answers reads whose round has outlived the request timeout. A round
+    /// unanswered for half an election timeout (a message lost, a leader
+    /// gone) is given up: its reads whose callers still wait join the next
+    /// round, which starts in this turn, as only one round is in flight.
     fn expire_reads(&mut self, now: Instant) {
         let timeout = self.read_timeout;
+        let retry = self.election_timeout / 2;
+        let mut again = Vec::new();
         self.pending_reads.retain(|_, (started, replies)| {
-            if now.duration_since(*started) < timeout {
+            let waited = now.duration_since(*started);
+            if waited < retry {
                 return true;
             }
             for r in replies.drain(..) {
-                let _ = r.send(Err(Error::Timeout));
+                if waited >= timeout {
+                    let _ = r.send(Err(Error::Timeout));
+                } else if !r.is_closed() {
+                    again.push(r);
+                }
             }
             false
         });
+        for r in again {
+            // Refused only once the loop stopped, which it has not.
+            let _ = self.reads.push(r);
+        }
         self.status.lock().pending_read_rounds = self.pending_reads.len() as u64;
     }
 
@@ -744,9 +771,16 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    fn read_index(&mut self, reads: Vec<IndexReply>, now: Instant) {
+    /// Starts a ReadIndex round with every read waiting, unless a round of
+    /// this node's is in flight (those reads join the next). Whether it
+    /// started one.
+    fn start_read_round(&mut self, now: Instant) -> bool {
+        if !self.pending_reads.is_empty() {
+            return false;
+        }
+        let reads = self.reads.take();
         if reads.is_empty() {
-            return;
+            return false;
         }
         self.next_read_id += 1;
         let id = ReadId(self.next_read_id);
@@ -754,15 +788,18 @@ impl<T: Transport> RaftLoop<T> {
             Ok(()) => {
                 bump(&self.metrics.read_index_rounds);
                 self.pending_reads.insert(id, (now, reads));
+                true
             }
             Err(_) => {
                 let err = self.not_leader();
                 for r in reads {
                     let _ = r.send(Err(err.clone()));
                 }
+                false
             }
         }
     }
+
 
     /// Sends messages; snapshots go with their data, read from storage by
     /// the transport.
@@ -1027,6 +1064,23 @@ impl<T: Transport> RaftLoop<T> {
 
 /// Withdraws the published lease when dropped.
 struct WithdrawLease(Arc<crate::lease_share::LeaseShare>);
+
+struct CloseReads(Arc<crate::read_queue::ReadQueue>, Arc<Mutex<NodeStatus>>);
+
+impl Drop for CloseReads {
+    fn drop(&mut self) {
+        self.0.close(stopped_error(&self.1.lock()));
+    }
+}
+
+/// What reads get once the loop has stopped.
+fn stopped_error(st: &NodeStatus) -> Error {
+    match &st.fatal {
+        _ if st.removed => Error::Removed,
+        Some(cause) => Error::Fatal(cause.clone()),
+        None => Error::Stopped,
+    }
+}
 
 impl Drop for WithdrawLease {
     fn drop(&mut self) {

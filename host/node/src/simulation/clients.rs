@@ -266,7 +266,7 @@ fn send(node: &Node, op: &Op, client: u64, now: u64, at: Instant) -> Attempt {
                 return Attempt::WaitApplied { node: node.id(), index: held.commit, sent_at: now, from_lease: true };
             }
             let (reply, rx) = oneshot::channel();
-            let _ = node.send(if *lease { LoopMsg::LeaseRead { reply } } else { LoopMsg::ReadIndex { reply } });
+            let _ = if *lease { node.send(LoopMsg::LeaseRead { reply }) } else { node.ask_read_index(reply) };
             Attempt::ReadIndex { node: node.id(), rx, sent_at: now }
         }
     }

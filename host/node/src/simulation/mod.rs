@@ -50,6 +50,8 @@ mod leases;
 #[cfg(test)]
 mod ordering;
 #[cfg(test)]
+mod read_rounds;
+#[cfg(test)]
 mod stalled_follower;
 mod rng;
 
