@@ -15,10 +15,20 @@
 //! writes until a flush (up to [`HELD_BYTES`]), so those go out together
 //! too, and what does not fit goes out in one `writev` with what is held.
 //! No response takes more sends than over the plain connection.
+//!
+//! A flush also waits until the tasks ready to run have run, so that
+//! answers that become ready together (a commit that answers many puts, a
+//! ReadIndex round that answers many reads, each from its own task) go out
+//! in one write instead of one each.
 
 use std::io::IoSlice;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker, ready};
+
+use parking_lot::Mutex;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
@@ -29,16 +39,48 @@ const HELD_BYTES: usize = 16 << 10;
 /// A served connection that tells h2 it has no vectored writes and holds
 /// what h2 writes until h2 flushes (see the module docs). Reads pass
 /// through.
-#[derive(Debug)]
 pub(crate) struct CoalescedWrites<T> {
     io: T,
     /// Bytes taken from h2 and not yet written.
     held: Vec<u8>,
+    /// A flush waits for the tasks ready to run (see `poll_flush`).
+    flush_after: Option<Arc<TasksRan>>,
+}
+
+/// Woken by the runtime once the tasks that were ready to run when a flush
+/// was asked for have run: a waker handed to `yield_now`, which the
+/// scheduler wakes after them.
+struct TasksRan {
+    ran: AtomicBool,
+    flusher: Mutex<Waker>,
+}
+
+impl TasksRan {
+    fn ran(&self) -> bool {
+        self.ran.load(Ordering::Acquire)
+    }
+}
+
+impl Wake for TasksRan {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ran.store(true, Ordering::Release);
+        self.flusher.lock().wake_by_ref();
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for CoalescedWrites<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoalescedWrites").field("io", &self.io).field("held", &self.held.len()).finish()
+    }
 }
 
 impl<T> CoalescedWrites<T> {
     pub(crate) fn new(io: T) -> Self {
-        CoalescedWrites { io, held: Vec::new() }
+        CoalescedWrites { io, held: Vec::new(), flush_after: None }
     }
 
     fn unsent(&self) -> &[u8] {
@@ -87,6 +129,29 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for CoalescedWrites<T> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let me = &mut *self;
+        // Answers that become ready together (one commit answers many
+        // puts, each from its own task) share a write: the flush waits
+        // until the tasks ready to run now have run. Without the wait the
+        // woken connection task runs right after the first of them
+        // (tokio's LIFO slot) and writes each answer on its own.
+        if !me.unsent().is_empty() {
+            let after = me.flush_after.get_or_insert_with(|| {
+                let after = Arc::new(TasksRan { ran: AtomicBool::new(false), flusher: Mutex::new(cx.waker().clone()) });
+                // Its first poll hands the waker to the scheduler, which
+                // wakes it after the tasks ready to run.
+                let mut yielded = std::pin::pin!(tokio::task::yield_now());
+                let _ = yielded.as_mut().poll(&mut Context::from_waker(&Waker::from(after.clone())));
+                after
+            });
+            if !after.ran() {
+                after.flusher.lock().clone_from(cx.waker());
+                // Woken meanwhile, the old waker may have missed it.
+                if !after.ran() {
+                    return Poll::Pending;
+                }
+            }
+            me.flush_after = None;
+        }
         while !me.unsent().is_empty() {
             let n = ready!(Pin::new(&mut me.io).poll_write(cx, &me.held))?;
             if n == 0 {
@@ -118,8 +183,7 @@ impl<T: Connected> Connected for CoalescedWrites<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
     use tokio::io::DuplexStream;
 
     /// One end of an in-memory connection that counts the writes made to
@@ -227,6 +291,66 @@ mod tests {
             assert_eq!(received, payload);
             assert!(coalesced <= plain, "{payload} bytes: {coalesced} writes, {plain} over a plain connection");
         }
+    }
+
+    /// How many writes the server side of an h2 connection makes to answer
+    /// `streams` requests whose answers are ready together (as when one
+    /// commit answers many puts), each from its own task as tonic does.
+    async fn answers_ready_together<T>(wrap: impl FnOnce(Counted) -> T, streams: usize) -> usize
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (client_io, server_io) = tokio::io::duplex(1 << 20);
+        let writes = Arc::new(AtomicUsize::new(0));
+        let before = Arc::new(AtomicUsize::new(usize::MAX));
+        let server_io = wrap(Counted { io: server_io, writes: writes.clone() });
+        let (server_writes, server_before) = (writes.clone(), before.clone());
+        tokio::spawn(async move {
+            let mut conn = h2::server::handshake(server_io).await.unwrap();
+            let mut waiting = Vec::new();
+            while waiting.len() < streams {
+                let (_request, respond) = conn.accept().await.unwrap().unwrap();
+                waiting.push(respond);
+            }
+            server_before.store(server_writes.load(Ordering::SeqCst), Ordering::SeqCst);
+            for mut respond in waiting {
+                tokio::spawn(async move {
+                    let mut send = respond.send_response(http::Response::new(()), false).unwrap();
+                    send.send_data(bytes::Bytes::from(vec![7u8; 300]), false).unwrap();
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    send.send_trailers(trailers).unwrap();
+                });
+            }
+            while conn.accept().await.is_some() {}
+        });
+        let (client, conn) = h2::client::handshake(client_io).await.unwrap();
+        tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let mut responses = Vec::new();
+        for _ in 0..streams {
+            let request = http::Request::post("http://test/svc/Call").body(()).unwrap();
+            responses.push(client.send_request(request, true).unwrap().0);
+        }
+        for response in responses {
+            let mut body = response.await.unwrap().into_body();
+            while let Some(chunk) = body.data().await {
+                let _ = body.flow_control().release_capacity(chunk.unwrap().len());
+            }
+            body.trailers().await.unwrap().unwrap();
+        }
+        writes.load(Ordering::SeqCst) - before.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn answers_ready_together_share_writes() {
+        // A woken connection task runs right after the task that woke it
+        // (tokio's LIFO slot): over a plain connection each answer is
+        // written as soon as it is queued.
+        let plain = answers_ready_together(|c| c, 20).await;
+        let coalesced = answers_ready_together(CoalescedWrites::new, 20).await;
+        assert!(plain >= 10, "{plain} writes for 20 answers: h2 shares them without help now");
+        assert!(coalesced <= 4, "{coalesced} writes for 20 answers ({plain} over a plain connection)");
     }
 
     /// Takes at most `max` bytes per write, into `out`.
