@@ -27,13 +27,13 @@ mod kv_plugin;
 mod lease_share;
 mod local_cluster;
 mod log_writer;
+mod loop_queue;
 mod metrics;
 mod node;
 mod peer_inbox;
 mod progress;
 mod proposing;
 mod raft_loop;
-mod read_queue;
 mod retries;
 mod sessions;
 #[cfg(test)]

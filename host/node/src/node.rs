@@ -217,7 +217,9 @@ struct Inner {
     /// The leader's lease as the Raft loop publishes it (lease reads).
     lease: Arc<crate::lease_share::LeaseShare>,
     /// Linearizable reads waiting for the Raft loop's next round.
-    reads: Arc<crate::read_queue::ReadQueue>,
+    reads: Arc<crate::loop_queue::LoopQueue<crate::raft_loop::IndexReply>>,
+    /// Client proposals waiting for the Raft loop's next log write.
+    client_proposals: Arc<crate::loop_queue::LoopQueue<crate::raft_loop::ClientProposal>>,
 }
 
 impl Drop for Inner {
@@ -438,7 +440,8 @@ impl Node {
         };
         worker.publish_stored_wake_up().map_err(StartError::Recovery)?;
         let lease = Arc::new(crate::lease_share::LeaseShare::default());
-        let reads = Arc::new(crate::read_queue::ReadQueue::default());
+        let reads = Arc::new(crate::loop_queue::LoopQueue::default());
+        let client_proposals = Arc::new(crate::loop_queue::LoopQueue::default());
         let raft_loop = RaftLoop {
             raw,
             storage: storage.clone(),
@@ -452,6 +455,7 @@ impl Node {
             sync_log: config.sync_log,
             pending_reads: HashMap::new(),
             reads: reads.clone(),
+            client_proposals: client_proposals.clone(),
             read_timeout: config.request_timeout,
             next_read_id: 0,
             ticker: crate::timers::Ticker::new(wake, config.tick_interval * config.election_ticks as u32),
@@ -523,6 +527,7 @@ impl Node {
                 removed,
                 lease,
                 reads,
+                client_proposals,
             }),
         };
         Ok(Parts { node, raft_loop, worker, apply_tasks: apply_rx })
@@ -596,12 +601,7 @@ impl Node {
         self.await_leader().await?;
         let _admitted = self.admit(command.len())?;
         let (reply, rx) = oneshot::channel();
-        self.send(LoopMsg::Propose {
-            command,
-            client_id,
-            sequence,
-            reply,
-        })?;
+        self.ask_propose((command, client_id, sequence, reply))?;
         self.wait(rx).await?
     }
 
@@ -775,10 +775,19 @@ impl Node {
     }
 
     /// Asks the Raft loop for a read index confirmed by a quorum, through
-    /// the read queue (see `read_queue`): `reply` gets it.
+    /// its read queue (see `loop_queue`): `reply` gets it.
     pub(crate) fn ask_read_index(&self, reply: crate::raft_loop::IndexReply) -> Result<(), Error> {
-        if self.inner.reads.push(reply)? == crate::read_queue::Ring::Loop {
+        if self.inner.reads.push(reply)? == crate::loop_queue::Ring::Loop {
             self.send(LoopMsg::ReadsWaiting)?;
+        }
+        Ok(())
+    }
+
+    /// Hands a client's proposal to the Raft loop, through its proposal
+    /// queue (see `loop_queue`); its reply comes once it applied.
+    pub(crate) fn ask_propose(&self, proposal: crate::raft_loop::ClientProposal) -> Result<(), Error> {
+        if self.inner.client_proposals.push(proposal)? == crate::loop_queue::Ring::Loop {
+            self.send(LoopMsg::ProposalsWaiting)?;
         }
         Ok(())
     }

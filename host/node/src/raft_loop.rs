@@ -21,22 +21,21 @@ use crate::forwarding::{self, Forwarding};
 use crate::system::SystemCommand;
 use crate::error::Error;
 use crate::log_writer::{LogWrite, LogWriter};
+use crate::loop_queue::LoopQueue;
 use crate::metrics::{CommitTimer, NodeMetrics, bump};
 use crate::node::{Members, NodeStatus};
 use crate::transport::Transport;
 
 pub(crate) type ProposeReply = oneshot::Sender<Result<crate::node::Applied, Error>>;
 pub(crate) type IndexReply = oneshot::Sender<Result<Index, Error>>;
+/// A client's command, its client id and sequence number, and its reply.
+pub(crate) type ClientProposal = (Vec<u8>, u64, u64, ProposeReply);
 
 /// Requests to the Raft loop.
 pub(crate) enum LoopMsg {
-    Propose {
-        command: Vec<u8>,
-        client_id: u64,
-        sequence: u64,
-        reply: ProposeReply,
-    },
-    /// Linearizable reads wait in the node's `ReadQueue`: start a round.
+    /// Client proposals wait in the node's queue (see `loop_queue`).
+    ProposalsWaiting,
+    /// Linearizable reads wait in the node's queue: start a round.
     ReadsWaiting,
     /// A lease read: the commit index if the lease holds, else a ReadIndex.
     LeaseRead {
@@ -107,8 +106,7 @@ impl LoopMsg {
     fn is_proposal(&self) -> bool {
         matches!(
             self,
-            LoopMsg::Propose { .. }
-                | LoopMsg::ProposeSystem { .. }
+            LoopMsg::ProposeSystem { .. }
                 | LoopMsg::ChangeMembership { .. }
                 | LoopMsg::Step(Message { body: MessageBody::Propose { .. }, .. })
         )
@@ -122,7 +120,6 @@ impl LoopMsg {
     /// The entry bytes this message brings into the log.
     fn entry_bytes(&self) -> u64 {
         match self {
-            LoopMsg::Propose { command, .. } => command.len() as u64,
             LoopMsg::Step(Message { body: MessageBody::AppendEntries { entries, .. }, .. }) => {
                 entries.iter().map(wasmraft_raft::Entry::size).sum()
             }
@@ -153,8 +150,10 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// started: a round that never completes (the leader lost its quorum but
     /// not its role yet) is answered with a timeout, not kept forever.
     pub pending_reads: HashMap<ReadId, (Instant, Vec<IndexReply>)>,
-    /// Linearizable reads waiting for the next round (see `read_queue`).
-    pub reads: Arc<crate::read_queue::ReadQueue>,
+    /// Linearizable reads waiting for the next round (see `loop_queue`).
+    pub reads: Arc<LoopQueue<IndexReply>>,
+    /// Client proposals waiting for the next log write (see `loop_queue`).
+    pub client_proposals: Arc<LoopQueue<ClientProposal>>,
     /// How long a read waits for its round.
     pub read_timeout: Duration,
     pub next_read_id: u64,
@@ -238,7 +237,7 @@ impl<T: Transport> RaftLoop<T> {
     pub fn run(mut self) {
         // Dropped last: reads waiting or asked for later get the node's
         // fatal error, also after a panic.
-        let _close_reads = CloseReads(self.reads.clone(), self.status.clone());
+        let _close_queues = CloseQueues(self.reads.clone(), self.client_proposals.clone(), self.status.clone());
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "raft");
         // Nobody answers for this node's lease once the loop ends, also by
         // a panic.
@@ -254,7 +253,8 @@ impl<T: Transport> RaftLoop<T> {
             // Deferred messages are work to do now, if the next Ready has
             // room for them: do not wait for more.
             let now = Instant::now();
-            let timeout = if self.deferred.is_empty() || !self.takes_deferred() {
+            let work_waits = !self.deferred.is_empty() || self.client_proposals.is_waiting();
+            let timeout = if !work_waits || !self.takes_deferred() {
                 let until_tick = self.next_tick.saturating_duration_since(now);
                 match self.ticker.sleep_limit(&self.stamp_clock, now) {
                     Some(until_wake) => until_tick.min(until_wake),
@@ -307,7 +307,7 @@ impl<T: Transport> RaftLoop<T> {
         let flow = self.take_turn(first, now, wall_ms);
         if flow == Flow::Stop {
             self.lease.publish(None);
-            self.reads.close(stopped_error(&self.status.lock()));
+            close_queues(&self.reads, &self.client_proposals, &self.status);
         }
         flow
     }
@@ -386,13 +386,7 @@ impl<T: Transport> RaftLoop<T> {
             }
             self.unwritten_bytes += msg.entry_bytes();
             match msg {
-                LoopMsg::Propose {
-                    command,
-                    client_id,
-                    sequence,
-                    reply,
-                } => proposals.push((command, client_id, sequence, reply)),
-                LoopMsg::ReadsWaiting => {}
+                LoopMsg::ProposalsWaiting | LoopMsg::ReadsWaiting => {}
                 LoopMsg::LeaseRead { reply } => lease_reads.push(reply),
                 LoopMsg::Renew { key, reply } => renewals.push((key, reply)),
                 LoopMsg::Step(m @ Message { body: MessageBody::Propose { .. } | MessageBody::ProposeResponse { .. }, .. }) => {
@@ -505,6 +499,19 @@ impl<T: Transport> RaftLoop<T> {
             }
         }
         self.deferred.extend(held);
+        // Client proposals wait for the write in flight and for room in the
+        // next one, as those from the inbox do above.
+        if self.in_flight.is_none() {
+            let mut unwritten = self.unwritten_bytes;
+            proposals.extend(self.client_proposals.take_while(|(command, ..)| {
+                let room = unwritten < TURN_BYTES;
+                if room {
+                    unwritten += command.len() as u64;
+                }
+                room
+            }));
+            self.unwritten_bytes = unwritten;
+        }
         // Catch up on every tick missed while this process was stalled
         // (a pause, a slow fsync) before anything reads the core's clock:
         // a leader paused past its lease must not serve lease reads on
@@ -1065,11 +1072,23 @@ impl<T: Transport> RaftLoop<T> {
 /// Withdraws the published lease when dropped.
 struct WithdrawLease(Arc<crate::lease_share::LeaseShare>);
 
-struct CloseReads(Arc<crate::read_queue::ReadQueue>, Arc<Mutex<NodeStatus>>);
+struct CloseQueues(Arc<LoopQueue<IndexReply>>, Arc<LoopQueue<ClientProposal>>, Arc<Mutex<NodeStatus>>);
 
-impl Drop for CloseReads {
+impl Drop for CloseQueues {
     fn drop(&mut self) {
-        self.0.close(stopped_error(&self.1.lock()));
+        close_queues(&self.0, &self.1, &self.2);
+    }
+}
+
+/// The loop stopped: what waits in its queues, and every later request,
+/// gets its error.
+fn close_queues(reads: &LoopQueue<IndexReply>, proposals: &LoopQueue<ClientProposal>, status: &Mutex<NodeStatus>) {
+    let error = stopped_error(&status.lock());
+    for reply in reads.close(error.clone()) {
+        let _ = reply.send(Err(error.clone()));
+    }
+    for (.., reply) in proposals.close(error.clone()) {
+        let _ = reply.send(Err(error.clone()));
     }
 }
 

@@ -256,7 +256,7 @@ fn send(node: &Node, op: &Op, client: u64, now: u64, at: Instant) -> Attempt {
             let (reply, rx) = oneshot::channel();
             let command = put_request(key, value);
             let via_follower = node.status().role != wasmraft_raft::Role::Leader;
-            let _ = node.send(LoopMsg::Propose { command, client_id: client, sequence: *sequence, reply });
+            let _ = node.ask_propose((command, client, *sequence, reply));
             Attempt::Propose { rx, sent_at: now, via_follower }
         }
         Op::Get { lease, .. } => {

@@ -170,7 +170,7 @@ fn a_retry_of_a_proposal_still_in_the_log_waits_for_it_instead_of_appending_a_co
     };
     let propose = |leader: &Live, client_id: u64, command: Vec<u8>| {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        leader.node.send(LoopMsg::Propose { command, client_id, sequence: 1, reply }).unwrap();
+        leader.node.ask_propose((command, client_id, 1, reply)).unwrap();
         rx
     };
 
@@ -212,4 +212,57 @@ fn a_retry_of_a_proposal_still_in_the_log_waits_for_it_instead_of_appending_a_co
     leader.node.step(ack(at + 2));
     turns(&mut leader, 5);
     assert_eq!(late.try_recv().expect("answered").expect("applied").response, first.response);
+}
+
+#[test]
+fn proposals_made_during_a_log_write_ring_the_loop_once_and_go_to_the_log_together_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::default();
+    let start = Instant::now();
+    let (mut leader, _) = leader(dir.path(), &outbox, start);
+    let last = |leader: &Live| leader.raft_loop.raw.status().last_index.0;
+    let propose = |leader: &Live, client_id: u64| {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        leader.node.ask_propose((put(&format!("k{client_id}"), 10), client_id, 1, reply)).unwrap();
+        rx
+    };
+    // Messages waiting in the loop's inbox that ring it for proposals.
+    let rings = |leader: &Live| {
+        let waiting: Vec<_> = leader.raft_loop.inbox.try_iter().collect();
+        let rings = waiting.iter().filter(|m| matches!(m, LoopMsg::ProposalsWaiting)).count();
+        for m in waiting.into_iter().filter(|m| !matches!(m, LoopMsg::ProposalsWaiting)) {
+            leader.raft_loop.self_tx.send(m).unwrap();
+        }
+        rings
+    };
+    let mut ms = 6_000;
+    let mut turn = |leader: &mut Live, slow_disk: bool| {
+        ms += 1;
+        leader.turn(start + Duration::from_millis(ms), ms, slow_disk);
+        leader.apply(usize::MAX);
+    };
+
+    let before = last(&leader);
+    let mut first = propose(&leader, 1);
+    assert_eq!(rings(&leader), 1);
+    // Its write stays in flight while the disk is slow.
+    turn(&mut leader, true);
+    assert_eq!(last(&leader), before + 1);
+    let mut later: Vec<_> = (2..=4).map(|client| propose(&leader, client)).collect();
+    assert_eq!(rings(&leader), 1, "only the first proposal since the loop took them rings it");
+    turn(&mut leader, true);
+    turn(&mut leader, true);
+    assert_eq!(last(&leader), before + 1, "proposals wait for the write in flight");
+    // The write ends; the proposals that waited go to the log in the next
+    // turn (a thread's loop takes it at once: they wait in the queue).
+    turn(&mut leader, false);
+    turn(&mut leader, false);
+    assert_eq!(last(&leader), before + 4, "the three waiting proposals, in one append");
+    for _ in 0..3 {
+        turn(&mut leader, false);
+    }
+    assert!(first.try_recv().expect("answered").is_ok());
+    for rx in &mut later {
+        assert!(rx.try_recv().expect("answered").is_ok());
+    }
 }

@@ -203,26 +203,25 @@ impl Leases {
             return;
         };
         let (reply, rx) = oneshot::channel();
-        let msg = match h.phase {
+        let _ = match h.phase {
             Phase::Grant { sequence } => {
                 let r = request::Request::RequestLeaseGrant(LeaseGrantRequest { ttl, id: 0 });
-                LoopMsg::Propose { command: KvRequest { request: Some(r) }.encode_to_vec(), client_id: h.id, sequence, reply }
+                node.ask_propose((KvRequest { request: Some(r) }.encode_to_vec(), h.id, sequence, reply))
             }
             Phase::Attach { lease, sequence } => {
                 let put = PutRequest { key: holder_key(h.id, h.round), value: b"held".to_vec(), lease, ..Default::default() };
                 let r = request::Request::RequestPut(put);
-                LoopMsg::Propose { command: KvRequest { request: Some(r) }.encode_to_vec(), client_id: h.id, sequence, reply }
+                node.ask_propose((KvRequest { request: Some(r) }.encode_to_vec(), h.id, sequence, reply))
             }
             Phase::Alive { lease, next_at } => {
                 if now < next_at {
                     return;
                 }
                 self.stats.keep_alives += 1;
-                LoopMsg::Renew { key: lease.to_be_bytes().to_vec(), reply }
+                node.send(LoopMsg::Renew { key: lease.to_be_bytes().to_vec(), reply })
             }
             Phase::Done => return,
         };
-        let _ = node.send(msg);
         h.waiting = Some((rx, now));
         if matches!(h.phase, Phase::Grant { .. }) {
             h.first_sent.get_or_insert(now);

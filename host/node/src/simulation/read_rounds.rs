@@ -1,7 +1,7 @@
 //! A node has one ReadIndex round of its own in flight: linearizable reads
 //! that arrive meanwhile join the next round, which starts as soon as the
 //! first is answered. A round whose message is lost is started again after
-//! half an election timeout, with its reads (see `read_queue`).
+//! half an election timeout, with its reads (see `loop_queue`).
 
 use std::time::{Duration, Instant};
 
