@@ -21,9 +21,9 @@
 //! ReadIndex round that answers many reads, each from its own task) go out
 //! in one write instead of one each.
 
+use std::future::Future;
 use std::io::IoSlice;
 use std::pin::Pin;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker, ready};

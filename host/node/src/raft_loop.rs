@@ -235,8 +235,8 @@ pub(crate) struct InFlight {
 impl<T: Transport> RaftLoop<T> {
     /// Runs the loop on this thread until shutdown or a fatal error.
     pub fn run(mut self) {
-        // Dropped last: reads waiting or asked for later get the node's
-        // fatal error, also after a panic.
+        // Dropped last: requests waiting in the queues or made later get
+        // the node's fatal error, also after a panic.
         let _close_queues = CloseQueues(self.reads.clone(), self.client_proposals.clone(), self.status.clone());
         let _fatal_on_panic = crate::node::FatalOnPanic::new(self.status.clone(), "raft");
         // Nobody answers for this node's lease once the loop ends, also by
@@ -806,7 +806,6 @@ impl<T: Transport> RaftLoop<T> {
             }
         }
     }
-
 
     /// Sends messages; snapshots go with their data, read from storage by
     /// the transport.
