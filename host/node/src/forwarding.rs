@@ -95,6 +95,18 @@ impl Forwarding {
         Self { session, next_seq: 1, unanswered: HashMap::new(), swept: None, seen: HashMap::new() }
     }
 
+    /// Forwarding for this process: a session of its own, and batches
+    /// numbered from a random point. An answer names only its batch's
+    /// `seq`, so an answer meant for an earlier process of this node (in
+    /// flight when it restarted) must find no batch of this one: numbered
+    /// from 1 in both, it was taken for this process's batch of the same
+    /// number, whose clients then waited for the other batch's entries and
+    /// got their outcomes (a lease grant answered with a put's response).
+    pub(crate) fn for_this_process() -> Self {
+        // Below 2^63: room for every batch a process can send.
+        Self { next_seq: (crate::node::random_id() >> 1).max(1), ..Self::new(crate::node::random_id()) }
+    }
+
     /// Follower: the messages that carry `proposals` (encoded entries and
     /// their clients) from `me` to `leader`, in `term`.
     pub(crate) fn send(
@@ -345,6 +357,20 @@ mod tests {
         drop(rx);
         f.forget_abandoned(Instant::now());
         assert_eq!(f.unanswered(), 1);
+    }
+
+    #[test]
+    fn an_answer_meant_for_an_earlier_process_of_this_node_answers_none_of_its_batches() {
+        let mut before = Forwarding::for_this_process();
+        let mut after = Forwarding::for_this_process();
+        let (reply, _rx) = oneshot::channel();
+        let sent = before.send(NodeId(2), NodeId(1), Term(1), vec![(vec![1], reply)]);
+        let MessageBody::Propose { seq, .. } = sent[0].body else { panic!("not a batch") };
+        let (reply, _rx) = oneshot::channel();
+        after.send(NodeId(2), NodeId(1), Term(1), vec![(vec![2], reply)]);
+        assert!(after.answered(NodeId(1), seq, ProposeOutcome::Appended { first: Index(4) }).is_empty());
+        assert_eq!(after.unanswered(), 1, "this process's batch still waits for its own answer");
+        assert_eq!(before.answered(NodeId(1), seq, ProposeOutcome::Appended { first: Index(4) }).len(), 1);
     }
 
     #[test]

@@ -480,7 +480,7 @@ impl Node {
                 done: raft_tx.clone(),
             },
             in_flight: None,
-            forwarding: crate::forwarding::Forwarding::new(random_id()),
+            forwarding: crate::forwarding::Forwarding::for_this_process(),
             forwarded_budget: crate::forwarding::Budget::new(pending_bytes.clone()),
             retries: Default::default(),
             max_request_bytes: config.max_request_bytes,
