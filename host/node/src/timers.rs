@@ -135,11 +135,15 @@ impl StampClock {
     /// knew). Counted on, they let this node's next term start up to one
     /// more step ahead of its predecessor's log time, and leases end early
     /// in real time. Log time is now `stamp`, the last one the log holds (0:
-    /// none), as of `now`: an estimate that may lag, never lead.
+    /// none), as of `now`: an estimate that may lag, never lead. The note
+    /// on disk was taken from the old estimate: it is due again at once,
+    /// or a restart would bring the lost stamps' time back through it.
     pub fn rewind(&mut self, stamp: u64, now: Instant) {
         self.last_ms = stamp;
         self.known = (stamp > 0).then_some((stamp, now));
         self.anchor = None;
+        self.note = None;
+        self.noted_at = None;
     }
 
     /// The stamp for entries proposed now by the leader of `term`.
@@ -532,6 +536,21 @@ mod tests {
         c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100));
         assert_eq!(c.last_ms(), 50_100);
         assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 90_000), 51_000 + MAX_CLOCK_STEP_MS);
+    }
+
+    #[test]
+    fn a_rewind_replaces_the_note_at_once() {
+        let t0 = Instant::now();
+        let mut c = StampClock::new(0, None);
+        c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
+        assert_eq!(c.note_due(t0, 90_000), Some((50_000 + MAX_CLOCK_STEP_MS, 90_000)));
+        let t1 = t0 + Duration::from_millis(100);
+        assert_eq!(c.note_due(t1, 90_100), None, "not due yet");
+        // The entry leaves the log. Left on disk, the note of its time
+        // would come back after a restart (seed 700509: a new leader 700 ms
+        // ahead of its predecessor's log time).
+        c.rewind(50_000, t1);
+        assert_eq!(c.note_due(t1, 90_100), Some((50_000, 90_100)));
     }
 
     #[test]
