@@ -472,6 +472,7 @@ impl Node {
             metrics: metrics.clone(),
             commit_timer: Default::default(),
             now: std::time::Instant::now(),
+            wall_ms: 0,
             deferred: Default::default(),
             // The simulation's; a started node's runs on its own thread.
             writer: crate::log_writer::LogWriter::Held {

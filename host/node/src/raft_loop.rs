@@ -182,6 +182,8 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// The time the current turn started (the clock every metric of the
     /// loop reads, simulated in the simulation).
     pub now: Instant,
+    /// The wall clock when the current turn started, in ms.
+    pub wall_ms: u64,
     /// Messages with entries taken from the inbox past a turn's byte
     /// budget, in arrival order: the next turns take them first.
     pub deferred: std::collections::VecDeque<LoopMsg>,
@@ -315,6 +317,7 @@ impl<T: Transport> RaftLoop<T> {
     fn take_turn(&mut self, first: Option<LoopMsg>, now: Instant, wall_ms: u64) -> Flow {
         let me = self.raw.id().0;
         self.now = now;
+        self.wall_ms = wall_ms;
         // What arrived while the last Ready was being written joins one
         // batch: one append, one fsync, one ReadIndex round. One Ready
         // takes at most TURN_BYTES of entries (`unwritten_bytes`) and a turn
@@ -850,6 +853,14 @@ impl<T: Transport> RaftLoop<T> {
     /// writer with the answers that wait on them (`log_writer`), and the
     /// rest of that Ready waits for them. While they run, only the messages
     /// that need no write go out.
+    /// Log time goes back to `stamp`, as entries whose stamps it counted
+    /// are about to leave the log (see `StampClock::rewind`); the note on
+    /// disk follows, durably, before they go.
+    fn rewind_log_time(&mut self, stamp: u64) -> Result<(), String> {
+        let note = self.stamp_clock.rewind(stamp, self.now, self.wall_ms);
+        self.storage.replace_log_time_note(note).map_err(|e| format!("cannot replace the log-time note: {e}"))
+    }
+
     fn handle_readies(&mut self, persisted: Option<Result<crate::log_writer::Written, String>>) -> Result<(), String> {
         // The lease as the turn's steps left it (extended by heartbeat
         // answers, ended by a higher term or a transfer); published again
@@ -939,17 +950,22 @@ impl<T: Transport> RaftLoop<T> {
                         ));
                     }
                 };
+                // The log's entries leave with the install: first, log time
+                // goes back to the applied state's, which stays.
+                let applied_time = self.storage.log_time_ms().map_err(|e| e.to_string())?.unwrap_or(0);
+                self.rewind_log_time(applied_time)?;
                 // Installed by the apply side, after everything it was given
                 // before, and durably so before this Ready is acknowledged.
                 self.apply.install_snapshot(meta, data)?;
                 let log_time = crate::timers::stored_log_time(&self.storage).map_err(|e| e.to_string())?;
-                self.stamp_clock.rewind(log_time, self.now);
+                self.rewind_log_time(log_time)?;
             }
             if let Some(first) = rd.entries.first().map(|e| e.log_id.index) {
                 if first <= self.storage.log_bounds().1 {
-                    // A suffix this node wrote is replaced (see `StampClock::rewind`).
+                    // A suffix this node wrote is replaced, by the write
+                    // handed to the log writer below.
                     let log_time = crate::timers::stored_log_time_before(&self.storage, first).map_err(|e| e.to_string())?;
-                    self.stamp_clock.rewind(log_time, self.now);
+                    self.rewind_log_time(log_time)?;
                 }
             }
             // Entries, a term or a vote: written off this thread.

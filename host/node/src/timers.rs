@@ -136,14 +136,18 @@ impl StampClock {
     /// more step ahead of its predecessor's log time, and leases end early
     /// in real time. Log time is now `stamp`, the last one the log holds (0:
     /// none), as of `now`: an estimate that may lag, never lead. The note
-    /// on disk was taken from the old estimate: it is due again at once,
-    /// or a restart would bring the lost stamps' time back through it.
-    pub fn rewind(&mut self, stamp: u64, now: Instant) {
+    /// on disk was taken from the old estimate: the caller replaces it with
+    /// the note returned (`None`: remove it), durably, before the entries
+    /// leave the log, or a restart would bring their time back through it.
+    /// `wall_ms` is the wall clock now.
+    #[must_use = "the note on disk must be replaced before the entries leave the log"]
+    pub fn rewind(&mut self, stamp: u64, now: Instant, wall_ms: u64) -> Option<(u64, u64)> {
         self.last_ms = stamp;
         self.known = (stamp > 0).then_some((stamp, now));
         self.anchor = None;
         self.note = None;
-        self.noted_at = None;
+        self.noted_at = Some((now, wall_ms));
+        self.known.map(|(ms, _)| (ms, wall_ms))
     }
 
     /// The stamp for entries proposed now by the leader of `term`.
@@ -532,14 +536,14 @@ mod tests {
         c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
         // Term 3's leader replaces that entry: the log's last stamp is
         // 50_000 again, and then term 3's own.
-        c.rewind(50_000, t0 + Duration::from_millis(100));
+        let _ = c.rewind(50_000, t0 + Duration::from_millis(100), 90_100);
         c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100));
         assert_eq!(c.last_ms(), 50_100);
         assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 90_000), 51_000 + MAX_CLOCK_STEP_MS);
     }
 
     #[test]
-    fn a_rewind_replaces_the_note_at_once() {
+    fn a_rewind_gives_the_note_to_replace_the_one_on_disk_with() {
         let t0 = Instant::now();
         let mut c = StampClock::new(0, None);
         c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
@@ -549,8 +553,14 @@ mod tests {
         // The entry leaves the log. Left on disk, the note of its time
         // would come back after a restart (seed 700509: a new leader 700 ms
         // ahead of its predecessor's log time).
-        c.rewind(50_000, t1);
-        assert_eq!(c.note_due(t1, 90_100), Some((50_000, 90_100)));
+        assert_eq!(c.rewind(50_000, t1, 90_100), Some((50_000, 90_100)));
+        // The caller wrote it: the next is a second later.
+        assert_eq!(c.note_due(t1, 90_100), None);
+        let t2 = t1 + NOTE_EVERY;
+        assert_eq!(c.note_due(t2, 91_100), Some((51_000, 91_100)));
+        // A log left with no stamp: no note, and none due until a stamp.
+        assert_eq!(c.rewind(0, t2, 91_100), None);
+        assert_eq!(c.note_due(t2 + NOTE_EVERY, 92_100), None);
     }
 
     #[test]

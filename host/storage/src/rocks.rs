@@ -219,12 +219,24 @@ impl Storage {
         if self.db.crashed() {
             return Err(StorageError::Crashed);
         }
-        let mut note = log_time_ms.to_be_bytes().to_vec();
-        note.extend_from_slice(&wall_ms.to_be_bytes());
         let mut opts = WriteOptions::default();
         opts.set_sync(false);
-        self.db.put_cf_opt(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note, &opts)?;
+        self.db.put_cf_opt(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, encode_note(log_time_ms, wall_ms), &opts)?;
         Ok(())
+    }
+
+    /// Replaces the log-time note (`None`: removes it), synced like the
+    /// log. For a rewind of log time: the note taken before it may count
+    /// stamps of entries about to leave the log, so the new one must be
+    /// durable before they go, or a crash between the two would bring
+    /// their time back after the restart.
+    pub fn replace_log_time_note(&self, note: Option<(u64, u64)>) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        match note {
+            Some((log_time_ms, wall_ms)) => batch.put_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, encode_note(log_time_ms, wall_ms)),
+            None => batch.delete_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE),
+        }
+        self.write(batch, &self.sync_opts())
     }
 
     /// The last [`note_log_time`](Self::note_log_time): log time and wall
@@ -465,6 +477,13 @@ const BLOCK_CACHE_BYTES: usize = 32 << 20;
 /// both take every value). Now memtables past [`MEMTABLES_BYTES`] together
 /// are flushed (at most 136 MiB while flushes queue) and blocks share
 /// [`BLOCK_CACHE_BYTES`], index and filter blocks included.
+/// A log-time note as stored: log time, then the wall clock, in ms.
+fn encode_note(log_time_ms: u64, wall_ms: u64) -> Vec<u8> {
+    let mut note = log_time_ms.to_be_bytes().to_vec();
+    note.extend_from_slice(&wall_ms.to_be_bytes());
+    note
+}
+
 fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
     db_opts.set_db_write_buffer_size(MEMTABLES_BYTES);
     db_opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);

@@ -329,3 +329,25 @@ fn a_deploy_writes_its_session_changes_with_it() {
     assert_eq!(s.applied().unwrap(), LogId::new(1, 4));
     assert!(s.sessions().unwrap().is_empty(), "the swept session is gone");
 }
+
+/// The note of log time a node reads at its restart: the periodic one, and
+/// the replacement a rewind writes before entries leave the log, which a
+/// crash right after it keeps (a crash point counts it as a write).
+#[test]
+fn a_replaced_log_time_note_survives_a_crash_and_none_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        assert_eq!(s.log_time_note().unwrap(), None);
+        s.note_log_time(9_000, 100).unwrap();
+        assert_eq!(s.log_time_note().unwrap(), Some((9_000, 100)));
+        s.crash_after_writes(1);
+        s.replace_log_time_note(Some((7_000, 200))).unwrap();
+        assert!(matches!(s.replace_log_time_note(Some((1, 1))), Err(StorageError::Crashed)));
+        assert!(matches!(s.note_log_time(1, 1), Err(StorageError::Crashed)));
+    }
+    let s = open(dir.path());
+    assert_eq!(s.log_time_note().unwrap(), Some((7_000, 200)));
+    s.replace_log_time_note(None).unwrap();
+    assert_eq!(s.log_time_note().unwrap(), None);
+}

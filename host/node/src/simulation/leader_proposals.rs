@@ -22,7 +22,7 @@ use crate::raft_loop::LoopMsg;
 
 const VALUE: usize = 900 << 10;
 
-fn put(key: &str, bytes: usize) -> Vec<u8> {
+pub(super) fn put(key: &str, bytes: usize) -> Vec<u8> {
     let put = PutRequest { key: key.as_bytes().to_vec(), value: vec![7; bytes], ..Default::default() };
     KvRequest { request: Some(request::Request::RequestPut(put)) }.encode_to_vec()
 }
@@ -129,7 +129,7 @@ fn a_leader_answers_busy_to_batches_past_its_budget_until_earlier_ones_apply() {
 /// Node 1 of voters 1 and 2, elected with the votes the test gives as
 /// node 2, which then acknowledges nothing until told: its appends stay
 /// uncommitted. Returns it with the time of its election, in ms from `start`.
-fn leader_of_two(dir: &std::path::Path, outbox: &Outbox, start: Instant) -> (Live, u64) {
+pub(super) fn leader_of_two(dir: &std::path::Path, outbox: &Outbox, start: Instant) -> (Live, u64) {
     let config = node_config(1, &[1, 2], dir, plugin_cache(), 1);
     let mut leader = Live::start(config, outbox.clone(), start).unwrap();
     let mut ms = 0;

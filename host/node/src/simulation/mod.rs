@@ -46,6 +46,8 @@ mod clients;
 mod cluster;
 #[cfg(test)]
 mod leader_proposals;
+#[cfg(test)]
+mod log_time_note;
 mod leases;
 #[cfg(test)]
 mod ordering;
