@@ -56,6 +56,10 @@ pub(crate) struct StampClock {
     /// in its log (after a restart, first the estimate from its note).
     /// None until then.
     known: Option<(u64, Instant)>,
+    /// The term of the entry whose stamp `known` counts from (0: none, or
+    /// unknown: a note's, a rewind's). Each leader's stamps run on its own
+    /// clock, which may lag the one before it: see [`StampClock::observe`].
+    known_term: u64,
     anchor: Option<Anchor>,
     /// The note of log time against the wall clock left before a restart,
     /// `(log_time_ms, wall_ms)`, until the first turn reads it.
@@ -73,7 +77,7 @@ impl StampClock {
     /// A clock that has seen `last_ms` (0: none), at no known time, with
     /// the note the node left before it restarted.
     pub fn new(last_ms: u64, note: Option<(u64, u64)>) -> Self {
-        Self { last_ms, known: None, anchor: None, note, noted_at: None }
+        Self { last_ms, known: None, known_term: 0, anchor: None, note, noted_at: None }
     }
 
     /// Log time by this node's monotonic clock, if it knows it.
@@ -91,6 +95,7 @@ impl StampClock {
             if self.known.is_none() {
                 let ms = self.last_ms.max(noted_ms.saturating_add(wall_ms.saturating_sub(noted_wall)));
                 self.known = Some((ms, now));
+                self.known_term = 0;
             }
         }
     }
@@ -117,12 +122,23 @@ impl StampClock {
         self.last_ms
     }
 
-    /// Notes entries written to this node's log at `now`.
+    /// Notes entries written to this node's log at `now`. Log time then
+    /// counts from the last stamp among them. The first stamp of another
+    /// term also makes a note due at once: a new leader's clock may run
+    /// behind the one this node counted from (it anchored from a lagging
+    /// estimate), and a note extrapolated from the old clock, read after a
+    /// restart, would put this node ahead of log time by the difference
+    /// (seed 1000349: 42 ms past the step a new leader may take).
     pub fn observe(&mut self, entries: &[Entry], now: Instant) {
-        if let Some(stamp) = entries.iter().rev().find_map(entry_stamp) {
-            if stamp >= self.last_ms {
-                self.last_ms = stamp;
-                self.known = Some((stamp, now));
+        let Some((stamp, term)) = entries.iter().rev().find_map(|e| Some((entry_stamp(e)?, e.log_id.term.0))) else {
+            return;
+        };
+        if stamp >= self.last_ms {
+            self.last_ms = stamp;
+            self.known = Some((stamp, now));
+            if term != self.known_term {
+                self.known_term = term;
+                self.noted_at = None;
             }
         }
     }
@@ -144,6 +160,7 @@ impl StampClock {
     pub fn rewind(&mut self, stamp: u64, now: Instant, wall_ms: u64) -> Option<(u64, u64)> {
         self.last_ms = stamp;
         self.known = (stamp > 0).then_some((stamp, now));
+        self.known_term = 0;
         self.anchor = None;
         self.note = None;
         self.noted_at = Some((now, wall_ms));
@@ -431,11 +448,35 @@ mod tests {
     use super::*;
 
     fn stamped(stamp: u64) -> Entry {
+        stamped_in(1, stamp)
+    }
+
+    fn stamped_in(term: u64, stamp: u64) -> Entry {
         let env = crate::envelope::Envelope { timestamp_ms: stamp, client_id: 0, sequence: 0, command: b"c".to_vec() };
         Entry {
-            log_id: wasmraft_raft::LogId { term: wasmraft_raft::Term(1), index: Index(1) },
+            log_id: wasmraft_raft::LogId { term: wasmraft_raft::Term(term), index: Index(1) },
             payload: EntryPayload::Normal(env.encode()),
         }
+    }
+
+    #[test]
+    fn the_first_stamp_of_another_term_makes_a_note_due_at_once() {
+        let t0 = Instant::now();
+        let mut c = StampClock::new(0, None);
+        c.observe(&[stamped_in(4, 10_000)], t0);
+        assert_eq!(c.note_due(t0, 90_000), Some((10_000, 90_000)));
+        // Term 4's clock, a second on: more stamps of it make none due.
+        let t1 = t0 + Duration::from_millis(400);
+        c.observe(&[stamped_in(4, 10_390)], t1);
+        assert_eq!(c.note_due(t1, 90_400), None);
+        // Term 5's leader anchored 40 ms behind term 4's clock. Counted
+        // from term 4's, the note would be 40 ms ahead after a restart.
+        let t2 = t0 + Duration::from_millis(600);
+        c.observe(&[stamped_in(5, 10_560)], t2);
+        assert_eq!(c.note_due(t2, 90_600), Some((10_560, 90_600)));
+        let t3 = t2 + Duration::from_millis(100);
+        c.observe(&[stamped_in(5, 10_650)], t3);
+        assert_eq!(c.note_due(t3, 90_700), None, "one note per change of term");
     }
 
     #[test]
