@@ -1,5 +1,5 @@
 //! The plugin path: the KV plugin applying batches of puts and answering
-//! point reads, over an in-memory keyspace (storage has its own bench).
+//! point reads and 10-key ranges, over an in-memory keyspace (storage has its own bench).
 //!
 //! `cargo xtask plugins && cargo bench -p wasmraft-runtime --bench apply`
 
@@ -55,6 +55,16 @@ fn query(c: &mut Criterion) {
     }
     .encode_to_vec();
     c.bench_function("kv_query_point_read", |b| b.iter(|| pool.query(state.clone(), &get).unwrap()));
+    // etcd's hot-keys workload: one range over 10 keys.
+    let range = RequestOp {
+        request: Some(Request::RequestRange(RangeRequest {
+            key: b"00000500".to_vec(),
+            range_end: b"00000510".to_vec(),
+            ..Default::default()
+        })),
+    }
+    .encode_to_vec();
+    c.bench_function("kv_query_range_10", |b| b.iter(|| pool.query(state.clone(), &range).unwrap()));
 }
 
 criterion_group!(benches, apply, query);

@@ -292,6 +292,20 @@ pub(crate) fn range(key: &[u8], range_end: &[u8], limit: u32, reverse: bool) -> 
         .collect()
 }
 
+/// As [`range`], but each key-value as its key and its record as stored
+/// (see [`with_key`]), not decoded.
+pub(crate) fn range_stored(key: &[u8], range_end: &[u8], limit: u32, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    if range_end.is_empty() {
+        return store::get(&current_key(key)).map(|record| (key.to_vec(), record)).into_iter().collect();
+    }
+    let Some((start, end)) = bounds(key, range_end) else { return Vec::new() };
+    let mut pairs = store::scan(&start, &end, limit, reverse);
+    for (stored_key, _) in &mut pairs {
+        stored_key.remove(0); // the `\x01` of `current_key`
+    }
+    pairs
+}
+
 /// The number of keys in the etcd range.
 pub(crate) fn count(key: &[u8], range_end: &[u8]) -> i64 {
     if range_end.is_empty() {

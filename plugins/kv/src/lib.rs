@@ -116,6 +116,10 @@ impl StateMachine for Kv {
             Ok(op) if !ops::is_read_only(&op) => {
                 return Err(QueryError::invalid("a query must not write: propose it instead"));
             }
+            Ok(Op::RequestRange(r)) => match ops::range_encoded(&r, &rev)? {
+                Some(encoded) => return Ok(encoded),
+                None => KvResponse::ResponseRange(ops::range(&r, &rev)?),
+            },
             Ok(op) => kv_response(ops::execute(&op, &mut rev)?),
             Err(KvRequest::RequestEvents(r)) => KvResponse::ResponseEvents(history::events(&r, &rev)),
             Err(KvRequest::RequestHash(r)) => KvResponse::ResponseHash(history::hash(&r, &rev)?),

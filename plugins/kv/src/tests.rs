@@ -528,3 +528,50 @@ fn a_puts_event_is_the_encoding_of_the_event() {
         assert_eq!(events[0].key, key);
     }
 }
+
+#[test]
+fn spliced_ranges_decode_to_what_range_gives() {
+    use crate::keyspace::Revision;
+    use crate::pb::etcdserverpb::range_request::{SortOrder, SortTarget};
+    let mut h = TestHost::<Kv>::new();
+    for (k, v) in [("a", "1"), ("a\0", ""), ("b", "2"), ("c", "3"), ("d", "4"), ("b", "22")] {
+        put(&mut h, k, v);
+    }
+    let range = |key: &str, end: &str| RangeRequest { key: key.into(), range_end: end.into(), ..Default::default() };
+    // Each request, and whether it is answered from the stored records.
+    let cases = [
+        (range("b", ""), true),
+        (range("bb", ""), true),
+        (range("a", "z"), true),
+        (RangeRequest { limit: 2, ..range("a", "z") }, true),
+        (RangeRequest { limit: 5, ..range("a", "z") }, true),
+        (RangeRequest { limit: 9, ..range("a", "z") }, true),
+        (RangeRequest { sort_order: SortOrder::Descend as i32, limit: 2, ..range("a", "z") }, true),
+        (RangeRequest { sort_order: SortOrder::Ascend as i32, ..range("b", "\0") }, true),
+        (RangeRequest { revision: 7, ..range("a", "z") }, true),
+        (range("z", "a"), true),
+        (RangeRequest { revision: 3, ..range("a", "z") }, false),
+        (RangeRequest { keys_only: true, ..range("a", "z") }, false),
+        (RangeRequest { count_only: true, ..range("a", "z") }, false),
+        (RangeRequest { sort_target: SortTarget::Value as i32, ..range("a", "z") }, false),
+        (RangeRequest { min_mod_revision: 4, ..range("a", "z") }, false),
+    ];
+    for (r, splices) in cases {
+        let rev = Revision::begin();
+        let expected = crate::ops::range(&r, &rev).unwrap();
+        match crate::ops::range_encoded(&r, &rev).unwrap() {
+            Some(encoded) => {
+                assert!(splices, "{r:?}");
+                assert_eq!(answer(encoded), Resp::ResponseRange(expected.clone()), "{r:?}");
+            }
+            None => assert!(!splices, "{r:?}"),
+        }
+        // Through the plugin's query, either way.
+        assert_eq!(answer(h.query(bytes(Req::RequestRange(r.clone()))).unwrap()), Resp::ResponseRange(expected), "{r:?}");
+    }
+    // Refused as the plain range refuses.
+    let rev = Revision::begin();
+    assert!(crate::ops::range_encoded(&range("", "z"), &rev).is_err());
+    compact(&mut h, 4).unwrap();
+    assert!(crate::ops::range_encoded(&RangeRequest { revision: 3, ..range("a", "z") }, &Revision::begin()).is_err());
+}
