@@ -778,17 +778,20 @@ impl Node {
     /// Asks the Raft loop for a read index confirmed by a quorum, through
     /// its read queue (see `loop_queue`): `reply` gets it.
     pub(crate) fn ask_read_index(&self, reply: crate::raft_loop::IndexReply) -> Result<(), Error> {
-        if self.inner.reads.push(reply)? == crate::loop_queue::Ring::Loop {
-            self.send(LoopMsg::ReadsWaiting)?;
-        }
-        Ok(())
+        self.queue_for_loop(&self.inner.reads, reply, LoopMsg::ReadsWaiting)
     }
 
     /// Hands a client's proposal to the Raft loop, through its proposal
     /// queue (see `loop_queue`); its reply comes once it applied.
     pub(crate) fn ask_propose(&self, proposal: crate::raft_loop::ClientProposal) -> Result<(), Error> {
-        if self.inner.client_proposals.push(proposal)? == crate::loop_queue::Ring::Loop {
-            self.send(LoopMsg::ProposalsWaiting)?;
+        self.queue_for_loop(&self.inner.client_proposals, proposal, LoopMsg::ProposalsWaiting)
+    }
+
+    /// Puts `item` in one of the Raft loop's queues, and sends `ring` if
+    /// the loop does not know yet that requests wait there.
+    fn queue_for_loop<T>(&self, queue: &crate::loop_queue::LoopQueue<T>, item: T, ring: LoopMsg) -> Result<(), Error> {
+        if queue.push(item)? == crate::loop_queue::Ring::Loop {
+            self.send(ring)?;
         }
         Ok(())
     }
