@@ -567,9 +567,11 @@ impl<T: Transport> RaftLoop<T> {
             return Flow::Stop;
         }
         if let Some((log_time_ms, wall_ms)) = self.stamp_clock.note_due(now, wall_ms) {
-            // Advisory: a lost note leaves an older one, as good.
+            // A lost note leaves an older one, which may count from an
+            // older term's clock (see `StampClock::observe`): due again.
             if let Err(e) = self.storage.note_log_time(log_time_ms, wall_ms) {
                 tracing::debug!(error = %e, "cannot note log time");
+                self.stamp_clock.note_refused();
             }
         }
         if let Some((leader, term)) = self.transport.refused_as_non_member() {

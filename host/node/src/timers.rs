@@ -116,6 +116,13 @@ impl StampClock {
         Some((estimate, wall_ms))
     }
 
+    /// The note [`note_due`](Self::note_due) gave could not be written:
+    /// it is due again at the next turn, as the one on disk may count from
+    /// an older term's clock.
+    pub fn note_refused(&mut self) {
+        self.noted_at = None;
+    }
+
     /// The highest stamp seen or made.
     #[cfg(test)]
     pub fn last_ms(&self) -> u64 {
@@ -477,6 +484,9 @@ mod tests {
         let t3 = t2 + Duration::from_millis(100);
         c.observe(&[stamped_in(5, 10_650)], t3);
         assert_eq!(c.note_due(t3, 90_700), None, "one note per change of term");
+        // Refused by the store, it is due again.
+        c.note_refused();
+        assert_eq!(c.note_due(t3, 90_700), Some((10_650, 90_700)));
     }
 
     #[test]
