@@ -104,11 +104,17 @@ impl Checks {
                 Slot::Occupied(_) => {}
             }
         }
-        // Committed entries still in this node's log, not compared yet.
+        // Committed entries still in this node's log, not compared yet: up
+        // to the commit index it wrote with them. Its status may know a
+        // higher one, of entries it holds only in memory so far, while its
+        // log still holds the older entries they will replace (seed
+        // 1300332: a leader paused with its term-1 entries in flight learned
+        // of a commit at index 2 in term 3 in the turn that finished
+        // writing them; its next write replaced them).
         let storage = node.storage();
         let (first, last) = storage.log_bounds();
         let from = self.compared.get(&id).copied().unwrap_or(0).max(first.0.saturating_sub(1)) + 1;
-        let to = st.commit.min(last.0);
+        let to = storage.hard_state().commit.0.min(last.0);
         if from > to {
             return Ok(());
         }
