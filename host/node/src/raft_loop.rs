@@ -850,11 +850,6 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    /// Finishes the Ready in flight if its writes ended (`persisted`), then
-    /// takes Readies until one has writes to make: those go to the log
-    /// writer with the answers that wait on them (`log_writer`), and the
-    /// rest of that Ready waits for them. While they run, only the messages
-    /// that need no write go out.
     /// Log time goes back to `stamp`, as entries whose stamps it counted
     /// are about to leave the log (see `StampClock::rewind`); the note on
     /// disk follows, durably, before they go.
@@ -863,6 +858,11 @@ impl<T: Transport> RaftLoop<T> {
         self.storage.replace_log_time_note(note).map_err(|e| format!("cannot replace the log-time note: {e}"))
     }
 
+    /// Finishes the Ready in flight if its writes ended (`persisted`), then
+    /// takes Readies until one has writes to make: those go to the log
+    /// writer with the answers that wait on them (`log_writer`), and the
+    /// rest of that Ready waits for them. While they run, only the messages
+    /// that need no write go out.
     fn handle_readies(&mut self, persisted: Option<Result<crate::log_writer::Written, String>>) -> Result<(), String> {
         // The lease as the turn's steps left it (extended by heartbeat
         // answers, ended by a higher term or a transfer); published again
