@@ -471,12 +471,6 @@ const MAX_TOTAL_WAL_BYTES: u64 = 2 * MEMTABLES_BYTES as u64;
 /// One block cache for every column family.
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
 
-/// Bounds RocksDB's memory: by default each of the four column families
-/// had two 64 MiB memtables and a 32 MiB block cache of its own (640 MiB
-/// in all, reached under large values: the log and state column families
-/// both take every value). Now memtables past [`MEMTABLES_BYTES`] together
-/// are flushed (at most 136 MiB while flushes queue) and blocks share
-/// [`BLOCK_CACHE_BYTES`], index and filter blocks included.
 /// A log-time note as stored: log time, then the wall clock, in ms.
 fn encode_note(log_time_ms: u64, wall_ms: u64) -> Vec<u8> {
     let mut note = log_time_ms.to_be_bytes().to_vec();
@@ -484,6 +478,12 @@ fn encode_note(log_time_ms: u64, wall_ms: u64) -> Vec<u8> {
     note
 }
 
+/// Bounds RocksDB's memory: by default each of the four column families
+/// had two 64 MiB memtables and a 32 MiB block cache of its own (640 MiB
+/// in all, reached under large values: the log and state column families
+/// both take every value). Now memtables past [`MEMTABLES_BYTES`] together
+/// are flushed (at most 136 MiB while flushes queue) and blocks share
+/// [`BLOCK_CACHE_BYTES`], index and filter blocks included.
 fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
     db_opts.set_db_write_buffer_size(MEMTABLES_BYTES);
     db_opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
