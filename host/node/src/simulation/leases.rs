@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 use wasmraft_proto::etcdserverpb::{LeaseGrantRequest, LeaseLeasesRequest, PutRequest};
 use wasmraft_proto::kvplugin::{Request as KvRequest, Response as KvResponse, request, response};
 
-use super::checks::Checks;
+use super::checks::{Checks, TickSeen};
 use super::clients::{decode_kv, get_request};
 use super::rng::Rng;
 use crate::error::Error;
@@ -415,44 +415,47 @@ impl Leases {
                 let at = ticks.get(r).and_then(|k| k.renewals.iter().filter(|(k, _)| k[..] == key).map(|(_, at)| *at).max());
                 promise = promise.max(at.map_or(0, |at| at + t.ttl_ms));
             }
-            // One of the ticks in the range revoked it, unless the range is
-            // pinned to one it is not known which: it is wrong only if none
-            // of them may have. (The last is not always the one: a new
-            // leader's tick carries a later grace, and one at the end of the
-            // range may have revoked nothing; seed 1600243.)
+            // One of the ticks in the range revoked it; unless the range
+            // holds only one, it is not known which, so the revocation is
+            // wrong only if none of them may have made it. (The last is not
+            // always the one: a new leader's tick carries a later grace, and
+            // one at the end of the range may have revoked nothing; seed
+            // 1600243.)
             let gone = t.gone_seen_ms.unwrap_or(u64::MAX);
-            let verdicts: Vec<Result<(), String>> = in_range
-                .iter()
-                .map(|&(&index, tick)| {
-                    if tick.now_ms < promise {
-                        return Err(format!(
-                            "lease {lease:x} was revoked by the tick at {index} (log time {}) before its promise {promise} (grant at {}, keep-alives answered at {:?})",
-                            tick.now_ms, t.grant_index, t.renewed_at
-                        ));
-                    }
-                    if tick.now_ms < tick.grace_until_ms {
-                        return Err(format!(
-                            "lease {lease:x} was revoked by the tick at {index} (log time {}) before the grace it carries ({})",
-                            tick.now_ms, tick.grace_until_ms
-                        ));
-                    }
-                    // The grace in real time: a new leader revokes nothing
-                    // within an election timeout of its election (seen at
-                    // most 1 ms late).
-                    let elected = elections_at.get(&tick.term).copied().unwrap_or(0);
-                    if gone < elected + election_ms - 1 {
-                        return Err(format!(
-                            "lease {lease:x} was revoked by the tick at {index} of term {}, {} ms after its leader was elected",
-                            tick.term,
-                            gone.saturating_sub(elected)
-                        ));
-                    }
-                    Ok(())
-                })
-                .collect();
-            if !verdicts.iter().any(Result::is_ok) {
-                return verdicts.into_iter().last().expect("a tick in the range");
+            let verdict = |index: u64, tick: &TickSeen| {
+                if tick.now_ms < promise {
+                    return Err(format!(
+                        "lease {lease:x} was revoked by the tick at {index} (log time {}) before its promise {promise} (grant at {}, keep-alives answered at {:?})",
+                        tick.now_ms, t.grant_index, t.renewed_at
+                    ));
+                }
+                if tick.now_ms < tick.grace_until_ms {
+                    return Err(format!(
+                        "lease {lease:x} was revoked by the tick at {index} (log time {}) before the grace it carries ({})",
+                        tick.now_ms, tick.grace_until_ms
+                    ));
+                }
+                // The grace in real time: a new leader revokes nothing
+                // within an election timeout of its election (seen at most
+                // 1 ms late).
+                let elected = elections_at.get(&tick.term).copied().unwrap_or(0);
+                if gone < elected + election_ms - 1 {
+                    return Err(format!(
+                        "lease {lease:x} was revoked by the tick at {index} of term {}, {} ms after its leader was elected",
+                        tick.term,
+                        gone.saturating_sub(elected)
+                    ));
+                }
+                Ok(())
+            };
+            let mut last = Ok(());
+            for &(&index, tick) in &in_range {
+                last = verdict(index, tick);
+                if last.is_ok() {
+                    break;
+                }
             }
+            last?;
         }
         Ok(())
     }
