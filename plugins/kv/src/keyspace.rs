@@ -200,6 +200,7 @@ impl Revision {
 }
 
 /// The key-value under `key`.
+#[cfg(test)]
 pub(crate) fn get(key: &[u8]) -> Option<KeyValue> {
     get_stored(key).map(|(kv, _)| kv)
 }
@@ -282,18 +283,11 @@ fn bounds(key: &[u8], range_end: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
 
 /// Key-values in the etcd range, in key order, at most `limit` (0: all).
 pub(crate) fn range(key: &[u8], range_end: &[u8], limit: u32, reverse: bool) -> Vec<KeyValue> {
-    if range_end.is_empty() {
-        return get(key).into_iter().collect();
-    }
-    let Some((start, end)) = bounds(key, range_end) else { return Vec::new() };
-    store::scan(&start, &end, limit, reverse)
-        .into_iter()
-        .map(|(k, v)| decode(k[1..].to_vec(), &v))
-        .collect()
+    range_stored(key, range_end, limit, reverse).into_iter().map(|(key, record)| decode(key, &record)).collect()
 }
 
-/// As [`range`], but each key-value as its key and its record as stored
-/// (see [`with_key`]), not decoded.
+/// [`range`]'s key-values as stored: each its key and its record (see
+/// [`with_key`]), not decoded.
 pub(crate) fn range_stored(key: &[u8], range_end: &[u8], limit: u32, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
     if range_end.is_empty() {
         return store::get(&current_key(key)).map(|record| (key.to_vec(), record)).into_iter().collect();

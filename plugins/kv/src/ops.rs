@@ -89,10 +89,7 @@ pub(crate) fn range(r: &RangeRequest, rev: &Revision) -> Result<RangeResponse, K
     if order == SortOrder::None && target != SortTarget::Key {
         order = SortOrder::Ascend; // etcd's rule: a sort target implies ascending
     }
-    let filtered = r.min_mod_revision != 0
-        || r.max_mod_revision != 0
-        || r.min_create_revision != 0
-        || r.max_create_revision != 0;
+    let filtered = has_filters(r);
     let limit = u32::try_from(r.limit.max(0)).unwrap_or(u32::MAX);
     let mut resp = RangeResponse { header: header(rev), ..Default::default() };
 
@@ -162,10 +159,7 @@ pub(crate) fn range_encoded(r: &RangeRequest, rev: &Revision) -> Result<Option<V
     check_range(r)?;
     let order = SortOrder::try_from(r.sort_order).unwrap_or(SortOrder::None);
     let plain = SortTarget::try_from(r.sort_target) == Ok(SortTarget::Key)
-        && r.min_mod_revision == 0
-        && r.max_mod_revision == 0
-        && r.min_create_revision == 0
-        && r.max_create_revision == 0
+        && !has_filters(r)
         && !r.count_only
         && !r.keys_only;
     if !plain || history::check_readable(r.revision, rev)? != rev.current() {
@@ -194,6 +188,11 @@ pub(crate) fn range_encoded(r: &RangeRequest, rev: &Revision) -> Result<Option<V
         keyspace::with_key(&kv.0, &kv.1, &mut out);
     }
     Ok(Some(out))
+}
+
+/// Whether a range filters by revision ([`passes_filters`]).
+fn has_filters(r: &RangeRequest) -> bool {
+    r.min_mod_revision != 0 || r.max_mod_revision != 0 || r.min_create_revision != 0 || r.max_create_revision != 0
 }
 
 fn passes_filters(r: &RangeRequest, kv: &KeyValue) -> bool {
