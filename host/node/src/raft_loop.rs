@@ -566,10 +566,10 @@ impl<T: Transport> RaftLoop<T> {
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
         }
-        if let Some((log_time_ms, wall_ms)) = self.stamp_clock.note_due(now, wall_ms) {
+        if let Some(note) = self.stamp_clock.note_due(now, wall_ms) {
             // A lost note leaves an older one, which may count from an
             // older term's clock (see `StampClock::observe`): due again.
-            if let Err(e) = self.storage.note_log_time(log_time_ms, wall_ms) {
+            if let Err(e) = self.storage.note_log_time(&note) {
                 tracing::debug!(error = %e, "cannot note log time");
                 self.stamp_clock.note_refused();
             }
@@ -855,7 +855,7 @@ impl<T: Transport> RaftLoop<T> {
     /// disk follows, durably, before they go.
     fn rewind_log_time(&mut self, stamp: u64) -> Result<(), String> {
         let note = self.stamp_clock.rewind(stamp, self.now, self.wall_ms);
-        self.storage.replace_log_time_note(note).map_err(|e| format!("cannot replace the log-time note: {e}"))
+        self.storage.replace_log_time_note(note.as_ref()).map_err(|e| format!("cannot replace the log-time note: {e}"))
     }
 
     /// Finishes the Ready in flight if its writes ended (`persisted`), then

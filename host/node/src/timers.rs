@@ -5,10 +5,11 @@
 //!
 //! - every node remembers the last stamp it saw in its log and when (by the
 //!   monotonic clock); after a restart, the last stamp in its log, and a
-//!   note of log time against its wall clock that it writes every second;
+//!   note of log time against its clocks that it writes every second;
 //! - a new leader anchors its term at `last stamp + time since seen` (after
-//!   a restart, before it saw a stamp: the note's log time + its wall
-//!   clock's advance since the note), moved towards its wall clock by at
+//!   a restart, before it saw a stamp: the note's log time + the time since
+//!   the note, by the boot clock, or after a reboot by the wall clock),
+//!   moved towards its wall clock by at
 //!   most [`MAX_CLOCK_STEP_MS`] and never below that estimate (with neither:
 //!   the later of the last stamp and its wall clock);
 //! - within a term stamps advance with the monotonic clock from the anchor,
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmraft_raft::{Entry, EntryPayload, Index, Role};
-use wasmraft_storage::Storage;
+use wasmraft_storage::{BootTime, LogTimeNote, Storage};
 
 use crate::raft_loop::ProposeReply;
 use crate::system::SystemCommand;
@@ -61,11 +62,86 @@ pub(crate) struct StampClock {
     /// clock, which may lag the one before it: see [`StampClock::observe`].
     known_term: u64,
     anchor: Option<Anchor>,
-    /// The note of log time against the wall clock left before a restart,
-    /// `(log_time_ms, wall_ms)`, until the first turn reads it.
-    note: Option<(u64, u64)>,
+    /// The note of log time left before a restart, until the first turn
+    /// reads it.
+    note: Option<LogTimeNote>,
     /// When a note was last taken, and the wall clock then.
     noted_at: Option<(Instant, u64)>,
+    /// The clock that measures the time since a note across a restart.
+    boot: BootClock,
+}
+
+/// A clock that counts from the machine's boot and that no wall-clock step
+/// moves: across a restart without a reboot, it gives the time the node
+/// was down even if the wall clock stepped meanwhile (or while the node
+/// was paused before it died, before it could note the step).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum BootClock {
+    /// Linux's `CLOCK_BOOTTIME` (which counts suspend too), for the boot
+    /// the kernel's `boot_id` names.
+    Machine { boot_id: [u8; 16] },
+    /// A simulated machine that never reboots: ms since `zero`.
+    #[cfg(test)]
+    Simulated { zero: Instant },
+    /// None to be had: the time since a note is the wall clock's advance.
+    Unknown,
+}
+
+impl BootClock {
+    /// This machine's, if it has one.
+    pub fn of_this_machine() -> Self {
+        match machine_boot_id() {
+            Some(boot_id) if boot_ms().is_some() => BootClock::Machine { boot_id },
+            _ => {
+                tracing::info!(
+                    "no boot clock: after a restart, the time since the last note of log time is taken from the wall clock"
+                );
+                BootClock::Unknown
+            }
+        }
+    }
+
+    /// The clock at `now` (only a simulated one reads `now`).
+    #[cfg_attr(not(test), allow(unused_variables))]
+    fn read(&self, now: Instant) -> Option<BootTime> {
+        match *self {
+            BootClock::Machine { boot_id } => Some(BootTime { boot_id, ms: boot_ms()? }),
+            #[cfg(test)]
+            BootClock::Simulated { zero } => {
+                Some(BootTime { boot_id: [0; 16], ms: now.saturating_duration_since(zero).as_millis() as u64 })
+            }
+            BootClock::Unknown => None,
+        }
+    }
+}
+
+/// The kernel's id of this boot: a UUID, as 16 bytes.
+fn machine_boot_id() -> Option<[u8; 16]> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let hex: Vec<u8> = text.trim().bytes().filter(|b| *b != b'-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut id = [0; 16];
+    for (byte, pair) in id.iter_mut().zip(hex.chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(id)
+}
+
+/// `CLOCK_BOOTTIME` in ms.
+#[cfg(target_os = "linux")]
+fn boot_ms() -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only the timespec it is given.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000 + ts.tv_nsec as u64 / 1_000_000)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn boot_ms() -> Option<u64> {
+    None
 }
 
 /// How often the Raft loop notes log time against the wall clock; at once
@@ -75,9 +151,22 @@ const NOTE_ON_STEP_MS: u64 = 50;
 
 impl StampClock {
     /// A clock that has seen `last_ms` (0: none), at no known time, with
-    /// the note the node left before it restarted.
-    pub fn new(last_ms: u64, note: Option<(u64, u64)>) -> Self {
-        Self { last_ms, known: None, known_term: 0, anchor: None, note, noted_at: None }
+    /// the note the node left before it restarted and the clock that
+    /// measures the time since.
+    pub fn new(last_ms: u64, note: Option<LogTimeNote>, boot: BootClock) -> Self {
+        Self { last_ms, known: None, known_term: 0, anchor: None, note, noted_at: None, boot }
+    }
+
+    /// A simulated node's boot clock: its notes are read after a restart
+    /// against the world's time, not this machine's.
+    #[cfg(test)]
+    pub fn set_boot_clock(&mut self, boot: BootClock) {
+        self.boot = boot;
+    }
+
+    /// A note of log time `log_time_ms` now.
+    fn note_of(&self, log_time_ms: u64, now: Instant, wall_ms: u64) -> LogTimeNote {
+        LogTimeNote { log_time_ms, wall_ms, boot: self.boot.read(now) }
     }
 
     /// Log time by this node's monotonic clock, if it knows it.
@@ -86,23 +175,28 @@ impl StampClock {
         Some(self.last_ms.max(ms.saturating_add(now.saturating_duration_since(at).as_millis() as u64)))
     }
 
-    /// Reads the note left before a restart, once, against the wall clock
-    /// now: the wall clock's advance since the note is the time the node
-    /// was down (right unless the clock was stepped meanwhile). From then
-    /// on the monotonic clock counts, so a later step changes nothing.
+    /// Reads the note left before a restart, once: the time since the note
+    /// is the boot clock's advance, if the machine has not rebooted since,
+    /// else the wall clock's (right unless it was stepped meanwhile). From
+    /// then on the monotonic clock counts, so a later step changes nothing.
     fn read_note(&mut self, now: Instant, wall_ms: u64) {
-        if let Some((noted_ms, noted_wall)) = self.note.take() {
+        if let Some(note) = self.note.take() {
             if self.known.is_none() {
-                let ms = self.last_ms.max(noted_ms.saturating_add(wall_ms.saturating_sub(noted_wall)));
+                let since = match (note.boot, self.boot.read(now)) {
+                    (Some(then), Some(boot)) if then.boot_id == boot.boot_id => boot.ms.saturating_sub(then.ms),
+                    _ => wall_ms.saturating_sub(note.wall_ms),
+                };
+                let ms = self.last_ms.max(note.log_time_ms.saturating_add(since));
                 self.known = Some((ms, now));
                 self.known_term = 0;
             }
         }
     }
 
-    /// Log time against the wall clock, to note, every [`NOTE_EVERY`] and
-    /// after a wall-clock step, once this node knows log time.
-    pub fn note_due(&mut self, now: Instant, wall_ms: u64) -> Option<(u64, u64)> {
+    /// Log time against this node's clocks, to note, every [`NOTE_EVERY`]
+    /// and after a wall-clock step (for a reboot's restart, which measures
+    /// by the wall clock), once this node knows log time.
+    pub fn note_due(&mut self, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
         self.read_note(now, wall_ms);
         let estimate = self.estimate(now)?;
         if let Some((at, wall_then)) = self.noted_at {
@@ -113,7 +207,7 @@ impl StampClock {
             }
         }
         self.noted_at = Some((now, wall_ms));
-        Some((estimate, wall_ms))
+        Some(self.note_of(estimate, now, wall_ms))
     }
 
     /// The note [`note_due`](Self::note_due) gave could not be written:
@@ -164,14 +258,14 @@ impl StampClock {
     /// leave the log, or a restart would bring their time back through it.
     /// `wall_ms` is the wall clock now.
     #[must_use = "the note on disk must be replaced before the entries leave the log"]
-    pub fn rewind(&mut self, stamp: u64, now: Instant, wall_ms: u64) -> Option<(u64, u64)> {
+    pub fn rewind(&mut self, stamp: u64, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
         self.last_ms = stamp;
         self.known = (stamp > 0).then_some((stamp, now));
         self.known_term = 0;
         self.anchor = None;
         self.note = None;
         self.noted_at = Some((now, wall_ms));
-        self.known.map(|(ms, _)| (ms, wall_ms))
+        self.known.map(|(ms, _)| self.note_of(ms, now, wall_ms))
     }
 
     /// The stamp for entries proposed now by the leader of `term`.
@@ -454,6 +548,17 @@ fn last_stamp_before(storage: &Storage, index: Index) -> u64 {
 mod tests {
     use super::*;
 
+    /// A clock with no boot clock, and a note `(log time, wall)`.
+    fn clock(last_ms: u64, note: Option<(u64, u64)>) -> StampClock {
+        let note = note.map(|(log_time_ms, wall_ms)| LogTimeNote { log_time_ms, wall_ms, boot: None });
+        StampClock::new(last_ms, note, BootClock::Unknown)
+    }
+
+    /// A note as `(log time, wall)`.
+    fn pair(note: Option<LogTimeNote>) -> Option<(u64, u64)> {
+        note.map(|n| (n.log_time_ms, n.wall_ms))
+    }
+
     fn stamped(stamp: u64) -> Entry {
         stamped_in(1, stamp)
     }
@@ -469,30 +574,30 @@ mod tests {
     #[test]
     fn the_first_stamp_of_another_term_makes_a_note_due_at_once() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         c.observe(&[stamped_in(4, 10_000)], t0);
-        assert_eq!(c.note_due(t0, 90_000), Some((10_000, 90_000)));
+        assert_eq!(pair(c.note_due(t0, 90_000)), Some((10_000, 90_000)));
         // Term 4's clock, a second on: more stamps of it make none due.
         let t1 = t0 + Duration::from_millis(400);
         c.observe(&[stamped_in(4, 10_390)], t1);
-        assert_eq!(c.note_due(t1, 90_400), None);
+        assert_eq!(pair(c.note_due(t1, 90_400)), None);
         // Term 5's leader anchored 40 ms behind term 4's clock. Counted
         // from term 4's, the note would be 40 ms ahead after a restart.
         let t2 = t0 + Duration::from_millis(600);
         c.observe(&[stamped_in(5, 10_560)], t2);
-        assert_eq!(c.note_due(t2, 90_600), Some((10_560, 90_600)));
+        assert_eq!(pair(c.note_due(t2, 90_600)), Some((10_560, 90_600)));
         let t3 = t2 + Duration::from_millis(100);
         c.observe(&[stamped_in(5, 10_650)], t3);
-        assert_eq!(c.note_due(t3, 90_700), None, "one note per change of term");
+        assert_eq!(pair(c.note_due(t3, 90_700)), None, "one note per change of term");
         // Refused by the store, it is due again.
         c.note_refused();
-        assert_eq!(c.note_due(t3, 90_700), Some((10_650, 90_700)));
+        assert_eq!(pair(c.note_due(t3, 90_700)), Some((10_650, 90_700)));
     }
 
     #[test]
     fn stamps_follow_the_monotonic_clock_within_a_term_whatever_the_wall_does() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         assert_eq!(c.stamp(1, t0, 10_000_000), 10_000_000);
         // The wall steps back an hour, then forward a day: nothing moves.
         assert_eq!(c.stamp(1, t0 + Duration::from_millis(5), 10_000_000 - 3_600_000), 10_000_005);
@@ -504,7 +609,7 @@ mod tests {
     #[test]
     fn a_new_leader_behind_the_old_one_continues_from_the_log() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         // A follower saw the old leader's stamp 50_000 at t0.
         c.observe(&[stamped(40_000), stamped(50_000)], t0);
         // It leads 2 s later with a wall clock 10 s behind: log time goes on.
@@ -514,11 +619,11 @@ mod tests {
     #[test]
     fn a_new_leader_ahead_moves_log_time_by_at_most_the_step() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         c.observe(&[stamped(50_000)], t0);
         assert_eq!(c.stamp(2, t0 + Duration::from_secs(1), 61_000), 51_000 + MAX_CLOCK_STEP_MS);
         // Within the step, the wall clock is taken as it is.
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         c.observe(&[stamped(50_000)], t0);
         assert_eq!(c.stamp(2, t0 + Duration::from_secs(1), 51_200), 51_200);
     }
@@ -526,8 +631,8 @@ mod tests {
     #[test]
     fn after_a_restart_without_a_note_the_later_of_the_log_and_the_wall_clock() {
         let t0 = Instant::now();
-        assert_eq!(StampClock::new(50_000, None).stamp(4, t0, 49_000), 50_000);
-        assert_eq!(StampClock::new(50_000, None).stamp(4, t0, 90_000), 90_000);
+        assert_eq!(clock(50_000, None).stamp(4, t0, 49_000), 50_000);
+        assert_eq!(clock(50_000, None).stamp(4, t0, 90_000), 90_000);
     }
 
     #[test]
@@ -536,37 +641,70 @@ mod tests {
         // Before the restart: log time 50_000 when the wall read 1_000_000
         // (stepped far ahead of log time). 3 s later, a restart and a lead.
         let note = Some((50_000, 1_000_000));
-        assert_eq!(StampClock::new(50_500, note).stamp(4, t0, 1_003_000), 53_000 + MAX_CLOCK_STEP_MS);
+        assert_eq!(clock(50_500, note).stamp(4, t0, 1_003_000), 53_000 + MAX_CLOCK_STEP_MS);
         // The wall went back while the node was down, below log time: the
         // log's last stamp, and no more.
-        assert_eq!(StampClock::new(50_500, note).stamp(4, t0, 40_000), 50_500);
+        assert_eq!(clock(50_500, note).stamp(4, t0, 40_000), 50_500);
         // A wall clock that agrees with log time is taken as it is.
-        assert_eq!(StampClock::new(50_500, Some((50_000, 50_100))).stamp(4, t0, 53_200), 53_200);
+        assert_eq!(clock(50_500, Some((50_000, 50_100))).stamp(4, t0, 53_200), 53_200);
         // The note is read at the first turn; a step after it moves nothing
         // but the usual step at an election.
-        let mut c = StampClock::new(50_500, note);
-        assert_eq!(c.note_due(t0, 1_003_000), Some((53_000, 1_003_000)));
+        let mut c = clock(50_500, note);
+        assert_eq!(pair(c.note_due(t0, 1_003_000)), Some((53_000, 1_003_000)));
         assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 1_012_000), 54_000 + MAX_CLOCK_STEP_MS);
+    }
+
+    /// Seed 3200315: a node's wall clock stepped 1.8 s forward while its
+    /// loop was paused, and it died before it could note the step. By the
+    /// wall clock, it was down 1.8 s longer than it was.
+    #[test]
+    fn after_a_restart_without_a_reboot_the_boot_clock_measures_the_time_down() {
+        let boot = Instant::now();
+        let t0 = boot + Duration::from_secs(100);
+        let mut before = StampClock::new(0, None, BootClock::Simulated { zero: boot });
+        before.observe(&[stamped(50_000)], t0);
+        let note = before.note_due(t0, 90_000).expect("due once log time is known");
+        assert_eq!(note.boot, Some(BootTime { boot_id: [0; 16], ms: 100_000 }));
+        // Down 53 ms; the wall clock stepped 1,762 ms forward meanwhile.
+        let t1 = t0 + Duration::from_millis(53);
+        let mut after = StampClock::new(50_000, Some(note), BootClock::Simulated { zero: boot });
+        assert_eq!(after.stamp(2, t1, 90_000 + 53 + 1_762), 50_053 + MAX_CLOCK_STEP_MS);
+        assert_eq!(pair(after.note_due(t1, 90_000 + 53 + 1_762)), Some((50_053, 91_815)));
+        // After a reboot (another boot id), only the wall clock is left.
+        let rebooted = LogTimeNote { boot: Some(BootTime { boot_id: [9; 16], ms: 100_000 }), ..note };
+        let mut after = StampClock::new(50_000, Some(rebooted), BootClock::Simulated { zero: boot });
+        assert_eq!(pair(after.note_due(t1, 90_000 + 400)), Some((50_400, 90_400)));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_linux_machine_has_a_boot_clock_that_goes_forward() {
+        let machine = BootClock::of_this_machine();
+        assert!(matches!(machine, BootClock::Machine { boot_id } if boot_id != [0; 16]), "{machine:?}");
+        let first = machine.read(Instant::now()).expect("CLOCK_BOOTTIME reads");
+        let second = machine.read(Instant::now()).expect("CLOCK_BOOTTIME reads");
+        assert_eq!(first.boot_id, second.boot_id);
+        assert!(second.ms >= first.ms && first.ms > 0, "{first:?} then {second:?}");
     }
 
     #[test]
     fn notes_are_taken_every_second_and_on_a_step_once_log_time_is_known() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(50_000, None);
-        assert_eq!(c.note_due(t0, 7), None, "no stamp seen since the start");
+        let mut c = clock(50_000, None);
+        assert_eq!(pair(c.note_due(t0, 7)), None, "no stamp seen since the start");
         c.observe(&[stamped(60_000)], t0);
-        assert_eq!(c.note_due(t0 + Duration::from_millis(300), 900), Some((60_300, 900)));
-        assert_eq!(c.note_due(t0 + Duration::from_millis(900), 1_500), None);
-        assert_eq!(c.note_due(t0 + Duration::from_millis(1_300), 1_900), Some((61_300, 1_900)));
+        assert_eq!(pair(c.note_due(t0 + Duration::from_millis(300), 900)), Some((60_300, 900)));
+        assert_eq!(pair(c.note_due(t0 + Duration::from_millis(900), 1_500)), None);
+        assert_eq!(pair(c.note_due(t0 + Duration::from_millis(1_300), 1_900)), Some((61_300, 1_900)));
         // A wall-clock step is noted at once.
-        assert_eq!(c.note_due(t0 + Duration::from_millis(1_400), 2_000), None);
-        assert_eq!(c.note_due(t0 + Duration::from_millis(1_500), 9_000), Some((61_500, 9_000)));
+        assert_eq!(pair(c.note_due(t0 + Duration::from_millis(1_400), 2_000)), None);
+        assert_eq!(pair(c.note_due(t0 + Duration::from_millis(1_500), 9_000)), Some((61_500, 9_000)));
     }
 
     #[test]
     fn stamps_that_never_reach_the_log_do_not_carry_into_a_later_term() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         c.observe(&[stamped(50_000)], t0);
         // Leading term 2 with a wall clock far ahead: one step, stamped for
         // a proposal that is dropped as this node steps down.
@@ -581,7 +719,7 @@ mod tests {
     #[test]
     fn a_replaced_suffix_takes_its_stamps_with_it() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         c.observe(&[stamped(50_000)], t0);
         assert_eq!(c.stamp(2, t0, 90_000), 50_000 + MAX_CLOCK_STEP_MS);
         c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
@@ -596,28 +734,28 @@ mod tests {
     #[test]
     fn a_rewind_gives_the_note_to_replace_the_one_on_disk_with() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
-        assert_eq!(c.note_due(t0, 90_000), Some((50_000 + MAX_CLOCK_STEP_MS, 90_000)));
+        assert_eq!(pair(c.note_due(t0, 90_000)), Some((50_000 + MAX_CLOCK_STEP_MS, 90_000)));
         let t1 = t0 + Duration::from_millis(100);
-        assert_eq!(c.note_due(t1, 90_100), None, "not due yet");
+        assert_eq!(pair(c.note_due(t1, 90_100)), None, "not due yet");
         // The entry leaves the log. Left on disk, the note of its time
         // would come back after a restart (seed 700509: a new leader 700 ms
         // ahead of its predecessor's log time).
-        assert_eq!(c.rewind(50_000, t1, 90_100), Some((50_000, 90_100)));
+        assert_eq!(pair(c.rewind(50_000, t1, 90_100)), Some((50_000, 90_100)));
         // The caller wrote it: the next is a second later.
-        assert_eq!(c.note_due(t1, 90_100), None);
+        assert_eq!(pair(c.note_due(t1, 90_100)), None);
         let t2 = t1 + NOTE_EVERY;
-        assert_eq!(c.note_due(t2, 91_100), Some((51_000, 91_100)));
+        assert_eq!(pair(c.note_due(t2, 91_100)), Some((51_000, 91_100)));
         // A log left with no stamp: no note, and none due until a stamp.
-        assert_eq!(c.rewind(0, t2, 91_100), None);
-        assert_eq!(c.note_due(t2 + NOTE_EVERY, 92_100), None);
+        assert_eq!(pair(c.rewind(0, t2, 91_100)), None);
+        assert_eq!(pair(c.note_due(t2 + NOTE_EVERY, 92_100)), None);
     }
 
     #[test]
     fn older_stamps_in_the_log_do_not_move_the_clock_back() {
         let t0 = Instant::now();
-        let mut c = StampClock::new(0, None);
+        let mut c = clock(0, None);
         c.observe(&[stamped(50_000)], t0);
         c.observe(&[stamped(20_000)], t0 + Duration::from_secs(1));
         assert_eq!(c.last_ms(), 50_000);

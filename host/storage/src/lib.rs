@@ -29,6 +29,7 @@ mod backup;
 mod codec;
 mod error;
 mod log;
+mod log_time_note;
 mod plugin;
 mod rocks;
 mod snapshot;
@@ -46,6 +47,7 @@ pub use error::StorageError;
 pub mod fuzzing {
     pub use crate::codec::decode_any;
 }
+pub use log_time_note::{BootTime, LogTimeNote};
 pub use plugin::DeployedPlugin;
 pub use rocks::{Storage, StorageOptions};
 pub use snapshot::SnapshotPart;

@@ -8,6 +8,7 @@ use wasmraft_raft::{HardState, Index, LogId, Membership, SnapshotMeta};
 
 use crate::codec;
 use crate::error::StorageError;
+use crate::log_time_note::LogTimeNote;
 use crate::term_index::TermIndex;
 
 pub(crate) const CF_LOG: &str = "log";
@@ -210,18 +211,17 @@ impl Storage {
         self.append_stall_ms.store(stall.as_millis() as u64, std::sync::atomic::Ordering::Release);
     }
 
-    /// Notes that log time was `log_time_ms` when this node's wall clock
-    /// read `wall_ms`: after a restart, the time since is the wall clock's
-    /// advance since the note, a step taken while the node ran included.
-    /// Node-local (not in snapshots), not synced: an older note gives the
-    /// same estimate.
-    pub fn note_log_time(&self, log_time_ms: u64, wall_ms: u64) -> Result<(), StorageError> {
+    /// Notes log time against this node's clocks: after a restart, the
+    /// time since is measured by the boot clock if the machine has not
+    /// rebooted, else by the wall clock. Node-local (not in snapshots),
+    /// not synced: an older note gives the same estimate.
+    pub fn note_log_time(&self, note: &LogTimeNote) -> Result<(), StorageError> {
         if self.db.crashed() {
             return Err(StorageError::Crashed);
         }
         let mut opts = WriteOptions::default();
         opts.set_sync(false);
-        self.db.put_cf_opt(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, encode_note(log_time_ms, wall_ms), &opts)?;
+        self.db.put_cf_opt(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note.encode(), &opts)?;
         Ok(())
     }
 
@@ -230,26 +230,21 @@ impl Storage {
     /// stamps of entries about to leave the log, so the new one must be
     /// durable before they go, or a crash between the two would bring
     /// their time back after the restart.
-    pub fn replace_log_time_note(&self, note: Option<(u64, u64)>) -> Result<(), StorageError> {
+    pub fn replace_log_time_note(&self, note: Option<&LogTimeNote>) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         match note {
-            Some((log_time_ms, wall_ms)) => batch.put_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, encode_note(log_time_ms, wall_ms)),
+            Some(note) => batch.put_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note.encode()),
             None => batch.delete_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE),
         }
         self.write(batch, &self.sync_opts())
     }
 
-    /// The last [`note_log_time`](Self::note_log_time): log time and wall
-    /// clock, in ms.
-    pub fn log_time_note(&self) -> Result<Option<(u64, u64)>, StorageError> {
+    /// The last note of log time ([`note_log_time`](Self::note_log_time)).
+    pub fn log_time_note(&self) -> Result<Option<LogTimeNote>, StorageError> {
         let Some(v) = self.db.get_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE)? else { return Ok(None) };
-        match <[u8; 16]>::try_from(v.as_slice()) {
-            Ok(b) => Ok(Some((
-                u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
-                u64::from_be_bytes(b[8..].try_into().expect("8 bytes")),
-            ))),
-            Err(_) => Err(StorageError::Corrupt { what: "log time note", key: None, detail: format!("{} bytes, not 16", v.len()) }),
-        }
+        LogTimeNote::decode(&v)
+            .map(Some)
+            .ok_or_else(|| StorageError::Corrupt { what: "log time note", key: None, detail: format!("{} bytes, not 16 or 40", v.len()) })
     }
 
     pub(crate) fn sync_opts(&self) -> WriteOptions {
@@ -470,13 +465,6 @@ const SMALL_MEMTABLE_BYTES: usize = 4 << 20;
 const MAX_TOTAL_WAL_BYTES: u64 = 2 * MEMTABLES_BYTES as u64;
 /// One block cache for every column family.
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
-
-/// A log-time note as stored: log time, then the wall clock, in ms.
-fn encode_note(log_time_ms: u64, wall_ms: u64) -> Vec<u8> {
-    let mut note = log_time_ms.to_be_bytes().to_vec();
-    note.extend_from_slice(&wall_ms.to_be_bytes());
-    note
-}
 
 /// Bounds RocksDB's memory: by default each of the four column families
 /// had two 64 MiB memtables and a 32 MiB block cache of its own (640 MiB

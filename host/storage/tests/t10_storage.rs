@@ -2,7 +2,7 @@
 //! atomic applied batches, and refusal of foreign or corrupt data.
 
 use wasmraft_raft::{Entry, EntryPayload, HardState, Index, LogId, LogReader, Membership, NodeId, Term};
-use wasmraft_storage::{StateWrite, Storage, StorageError, StorageOptions};
+use wasmraft_storage::{BootTime, LogTimeNote, StateWrite, Storage, StorageError, StorageOptions};
 
 fn entry(term: u64, index: u64, data: &str) -> Entry {
     Entry { log_id: LogId::new(term, index), payload: EntryPayload::Normal(data.as_bytes().to_vec()) }
@@ -335,19 +335,21 @@ fn a_deploy_writes_its_session_changes_with_it() {
 /// crash right after it keeps (a crash point counts it as a write).
 #[test]
 fn a_replaced_log_time_note_survives_a_crash_and_none_removes_it() {
+    let note = |log_time_ms, wall_ms| LogTimeNote { log_time_ms, wall_ms, boot: None };
+    let booted = LogTimeNote { boot: Some(BootTime { boot_id: [3; 16], ms: 55 }), ..note(7_000, 200) };
     let dir = tempfile::tempdir().unwrap();
     {
         let s = open(dir.path());
         assert_eq!(s.log_time_note().unwrap(), None);
-        s.note_log_time(9_000, 100).unwrap();
-        assert_eq!(s.log_time_note().unwrap(), Some((9_000, 100)));
+        s.note_log_time(&note(9_000, 100)).unwrap();
+        assert_eq!(s.log_time_note().unwrap(), Some(note(9_000, 100)));
         s.crash_after_writes(1);
-        s.replace_log_time_note(Some((7_000, 200))).unwrap();
-        assert!(matches!(s.replace_log_time_note(Some((1, 1))), Err(StorageError::Crashed)));
-        assert!(matches!(s.note_log_time(1, 1), Err(StorageError::Crashed)));
+        s.replace_log_time_note(Some(&booted)).unwrap();
+        assert!(matches!(s.replace_log_time_note(Some(&note(1, 1))), Err(StorageError::Crashed)));
+        assert!(matches!(s.note_log_time(&note(1, 1)), Err(StorageError::Crashed)));
     }
     let s = open(dir.path());
-    assert_eq!(s.log_time_note().unwrap(), Some((7_000, 200)));
+    assert_eq!(s.log_time_note().unwrap(), Some(booted));
     s.replace_log_time_note(None).unwrap();
     assert_eq!(s.log_time_note().unwrap(), None);
 }

@@ -22,7 +22,7 @@ const REPLACING_STAMP_MS: u64 = 1_000;
 /// writes through once node 2's entry arrived.
 struct Found {
     replaced: bool,
-    note: Option<(u64, u64)>,
+    note: Option<wasmraft_storage::LogTimeNote>,
     log_time: u64,
 }
 
@@ -48,7 +48,7 @@ fn crash_while_the_suffix_is_replaced(writes: u64) -> Found {
     let at = leader.node.status().last_index;
     let storage = leader.raft_loop.storage.clone();
     assert_eq!(storage.term(Index(at)), Ok(Term(term)));
-    let (noted, _) = storage.log_time_note().unwrap().expect("a note once log time is known");
+    let noted = storage.log_time_note().unwrap().expect("a note once log time is known").log_time_ms;
     assert!(noted >= LEADER_WALL_MS, "the note counts the put's stamp: {noted}");
 
     // Node 2 won the next term without it: its own entry at that index.
@@ -69,7 +69,7 @@ fn crash_while_the_suffix_is_replaced(writes: u64) -> Found {
     drop(storage);
     drop(leader);
 
-    let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, start).unwrap();
+    let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, start, start).unwrap();
     let storage = &restarted.raft_loop.storage;
     Found {
         replaced: storage.term(Index(at)) != Ok(Term(term)),
@@ -86,7 +86,7 @@ fn at_every_crash_point_a_replaced_suffix_leaves_no_note_of_its_time() {
         if found.replaced {
             replaced += 1;
             assert!(
-                found.note.is_none_or(|(ms, _)| ms <= found.log_time),
+                found.note.is_none_or(|n| n.log_time_ms <= found.log_time),
                 "after {writes} writes: the note {:?} counts stamps no longer in the log (log time {})",
                 found.note,
                 found.log_time

@@ -241,7 +241,7 @@ impl World {
                 config.join = true;
                 config.bootstrap_voters.clear();
             }
-            let live = Live::start(config.clone(), outbox.clone(), base)?;
+            let live = Live::start(config.clone(), outbox.clone(), base, base)?;
             // Wall clocks up to 300 ms apart.
             let wall_offset_ms = rng.below(601) as i64 - 300;
             slots.insert(id, Slot { config, live: Some(live), down_until: 0, wall_offset_ms });
@@ -380,20 +380,13 @@ impl World {
             }
         }
         if self.rng.chance(0.0015) {
-            // A wall clock steps by up to 10 s either way (NTP, an operator).
-            // Not forward while the node is down: a restarted node takes its
-            // wall clock's advance since its last note for the time it was
-            // down, and a leader it becomes before it hears from another
-            // moves log time on by that much (the one case
-            // docs/design/006-timers-and-leases.md accepts), which the
-            // real-time lease checks do not allow for. Nor once a crash
-            // point is set: its storage may refuse the note of the step,
-            // and the node dies with the note before it.
+            // A wall clock steps by up to 10 s either way (NTP, an operator),
+            // while its node runs, is paused or is down: a restarted node
+            // measures the time since its last note of log time by its
+            // machine's boot clock, which no step moves.
             let id = *self.rng.pick(&ids);
             let step = self.rng.below(20_001) as i64 - 10_000;
-            if let Some(slot) = self.slots.get_mut(&id)
-                && (slot.live.as_ref().is_some_and(|l| !l.node.storage().crash_point_set()) || step < 0)
-            {
+            if let Some(slot) = self.slots.get_mut(&id) {
                 slot.wall_offset_ms += step;
                 self.stats.clock_steps += 1;
                 trace!(self, "node {id}'s wall clock steps {step} ms");
@@ -456,7 +449,7 @@ impl World {
                 if std::path::Path::new(&incoming).exists() {
                     self.stats.installs_interrupted += 1;
                 }
-                slot.live = Some(Live::start(slot.config.clone(), self.outbox.clone(), now)?);
+                slot.live = Some(Live::start(slot.config.clone(), self.outbox.clone(), self.base, now)?);
                 self.stats.restarts += 1;
                 if let Some(t) = self.trace.as_mut() {
                     t.push(format!("[{:>6} ms] node {id} restarts", self.now));
