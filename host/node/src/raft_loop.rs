@@ -971,7 +971,7 @@ impl<T: Transport> RaftLoop<T> {
                 }
             }
             // Entries, a term or a vote: written off this thread.
-            self.stamp_clock.observe(&rd.entries, self.now);
+            let note = self.stamp_clock.observe(&rd.entries, self.now, self.wall_ms);
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
                 let entries = rd.entries.len();
@@ -987,6 +987,7 @@ impl<T: Transport> RaftLoop<T> {
                 self.writer.write(LogWrite {
                     entries: std::mem::take(&mut rd.entries),
                     hard_state: rd.hard_state,
+                    note,
                     sync,
                     answers,
                 });

@@ -80,9 +80,9 @@ pub(crate) enum BootClock {
     /// Linux's `CLOCK_BOOTTIME` (which counts suspend too), for the boot
     /// the kernel's `boot_id` names.
     Machine { boot_id: [u8; 16] },
-    /// A simulated machine that never reboots: ms since `zero`.
+    /// A simulated machine's: ms since `zero`, the boot `boot_id` names.
     #[cfg(test)]
-    Simulated { zero: Instant },
+    Simulated { boot_id: [u8; 16], zero: Instant },
     /// None to be had: the time since a note is the wall clock's advance.
     Unknown,
 }
@@ -101,14 +101,20 @@ impl BootClock {
         }
     }
 
+    /// A simulated machine that booted at `zero`.
+    #[cfg(test)]
+    pub fn simulated(zero: Instant) -> Self {
+        BootClock::Simulated { boot_id: [0; 16], zero }
+    }
+
     /// The clock at `now` (only a simulated one reads `now`).
     #[cfg_attr(not(test), allow(unused_variables))]
     fn read(&self, now: Instant) -> Option<BootTime> {
         match *self {
             BootClock::Machine { boot_id } => Some(BootTime { boot_id, ms: boot_ms()? }),
             #[cfg(test)]
-            BootClock::Simulated { zero } => {
-                Some(BootTime { boot_id: [0; 16], ms: now.saturating_duration_since(zero).as_millis() as u64 })
+            BootClock::Simulated { boot_id, zero } => {
+                Some(BootTime { boot_id, ms: now.saturating_duration_since(zero).as_millis() as u64 })
             }
             BootClock::Unknown => None,
         }
@@ -223,25 +229,30 @@ impl StampClock {
         self.last_ms
     }
 
-    /// Notes entries written to this node's log at `now`. Log time then
-    /// counts from the last stamp among them. The first stamp of another
-    /// term also makes a note due at once: a new leader's clock may run
-    /// behind the one this node counted from (it anchored from a lagging
-    /// estimate), and a note extrapolated from the old clock, read after a
-    /// restart, would put this node ahead of log time by the difference
-    /// (seed 1000349: 42 ms past the step a new leader may take).
-    pub fn observe(&mut self, entries: &[Entry], now: Instant) {
-        let Some((stamp, term)) = entries.iter().rev().find_map(|e| Some((entry_stamp(e)?, e.log_id.term.0))) else {
-            return;
-        };
-        if stamp >= self.last_ms {
-            self.last_ms = stamp;
-            self.known = Some((stamp, now));
-            if term != self.known_term {
-                self.known_term = term;
-                self.noted_at = None;
-            }
+    /// Notes entries written to this node's log at `now` (`wall_ms` on
+    /// the wall clock). Log time then counts from the last stamp among
+    /// them. With the first stamp of another term, it returns the note to
+    /// write in the same batch as the entries: a new leader's clock may
+    /// run behind the one this node counted from (it anchored from a
+    /// lagging estimate), and a note extrapolated from the old clock, read
+    /// after a restart, would put this node ahead of log time by the
+    /// difference (seed 1000349: 42 ms past the step a new leader may
+    /// take). Written apart from the entries, a crash between the two
+    /// writes would leave the old note with the new entries.
+    #[must_use = "the note goes to disk with the entries"]
+    pub fn observe(&mut self, entries: &[Entry], now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
+        let (stamp, term) = entries.iter().rev().find_map(|e| Some((entry_stamp(e)?, e.log_id.term.0)))?;
+        if stamp < self.last_ms {
+            return None;
         }
+        self.last_ms = stamp;
+        self.known = Some((stamp, now));
+        if term == self.known_term {
+            return None;
+        }
+        self.known_term = term;
+        self.noted_at = Some((now, wall_ms));
+        Some(self.note_of(stamp, now, wall_ms))
     }
 
     /// The log lost entries this node had written: a follower's suffix
@@ -572,23 +583,23 @@ mod tests {
     }
 
     #[test]
-    fn the_first_stamp_of_another_term_makes_a_note_due_at_once() {
+    fn the_first_stamp_of_another_term_is_noted_with_its_entries() {
         let t0 = Instant::now();
         let mut c = clock(0, None);
-        c.observe(&[stamped_in(4, 10_000)], t0);
-        assert_eq!(pair(c.note_due(t0, 90_000)), Some((10_000, 90_000)));
-        // Term 4's clock, a second on: more stamps of it make none due.
+        assert_eq!(pair(c.observe(&[stamped_in(4, 10_000)], t0, 90_000)), Some((10_000, 90_000)));
+        assert_eq!(pair(c.note_due(t0, 90_000)), None, "noted with the entries");
+        // Term 4's clock, 400 ms on: more stamps of it need no note.
         let t1 = t0 + Duration::from_millis(400);
-        c.observe(&[stamped_in(4, 10_390)], t1);
+        assert_eq!(pair(c.observe(&[stamped_in(4, 10_390)], t1, 90_400)), None);
         assert_eq!(pair(c.note_due(t1, 90_400)), None);
         // Term 5's leader anchored 40 ms behind term 4's clock. Counted
         // from term 4's, the note would be 40 ms ahead after a restart.
         let t2 = t0 + Duration::from_millis(600);
-        c.observe(&[stamped_in(5, 10_560)], t2);
-        assert_eq!(pair(c.note_due(t2, 90_600)), Some((10_560, 90_600)));
+        assert_eq!(pair(c.observe(&[stamped_in(5, 10_560)], t2, 90_600)), Some((10_560, 90_600)));
+        assert_eq!(pair(c.note_due(t2, 90_600)), None);
         let t3 = t2 + Duration::from_millis(100);
-        c.observe(&[stamped_in(5, 10_650)], t3);
-        assert_eq!(pair(c.note_due(t3, 90_700)), None, "one note per change of term");
+        assert_eq!(pair(c.observe(&[stamped_in(5, 10_650)], t3, 90_700)), None, "one note per change of term");
+        assert_eq!(pair(c.note_due(t3, 90_700)), None);
         // Refused by the store, it is due again.
         c.note_refused();
         assert_eq!(pair(c.note_due(t3, 90_700)), Some((10_650, 90_700)));
@@ -611,7 +622,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = clock(0, None);
         // A follower saw the old leader's stamp 50_000 at t0.
-        c.observe(&[stamped(40_000), stamped(50_000)], t0);
+        let _ = c.observe(&[stamped(40_000), stamped(50_000)], t0, 0);
         // It leads 2 s later with a wall clock 10 s behind: log time goes on.
         assert_eq!(c.stamp(3, t0 + Duration::from_secs(2), 42_000), 52_000);
     }
@@ -620,11 +631,11 @@ mod tests {
     fn a_new_leader_ahead_moves_log_time_by_at_most_the_step() {
         let t0 = Instant::now();
         let mut c = clock(0, None);
-        c.observe(&[stamped(50_000)], t0);
+        let _ = c.observe(&[stamped(50_000)], t0, 0);
         assert_eq!(c.stamp(2, t0 + Duration::from_secs(1), 61_000), 51_000 + MAX_CLOCK_STEP_MS);
         // Within the step, the wall clock is taken as it is.
         let mut c = clock(0, None);
-        c.observe(&[stamped(50_000)], t0);
+        let _ = c.observe(&[stamped(50_000)], t0, 0);
         assert_eq!(c.stamp(2, t0 + Duration::from_secs(1), 51_200), 51_200);
     }
 
@@ -661,18 +672,17 @@ mod tests {
     fn after_a_restart_without_a_reboot_the_boot_clock_measures_the_time_down() {
         let boot = Instant::now();
         let t0 = boot + Duration::from_secs(100);
-        let mut before = StampClock::new(0, None, BootClock::Simulated { zero: boot });
-        before.observe(&[stamped(50_000)], t0);
-        let note = before.note_due(t0, 90_000).expect("due once log time is known");
+        let mut before = StampClock::new(0, None, BootClock::simulated(boot));
+        let note = before.observe(&[stamped(50_000)], t0, 90_000).expect("noted with the first stamp");
         assert_eq!(note.boot, Some(BootTime { boot_id: [0; 16], ms: 100_000 }));
         // Down 53 ms; the wall clock stepped 1,762 ms forward meanwhile.
         let t1 = t0 + Duration::from_millis(53);
-        let mut after = StampClock::new(50_000, Some(note), BootClock::Simulated { zero: boot });
+        let mut after = StampClock::new(50_000, Some(note), BootClock::simulated(boot));
         assert_eq!(after.stamp(2, t1, 90_000 + 53 + 1_762), 50_053 + MAX_CLOCK_STEP_MS);
         assert_eq!(pair(after.note_due(t1, 90_000 + 53 + 1_762)), Some((50_053, 91_815)));
         // After a reboot (another boot id), only the wall clock is left.
         let rebooted = LogTimeNote { boot: Some(BootTime { boot_id: [9; 16], ms: 100_000 }), ..note };
-        let mut after = StampClock::new(50_000, Some(rebooted), BootClock::Simulated { zero: boot });
+        let mut after = StampClock::new(50_000, Some(rebooted), BootClock::simulated(boot));
         assert_eq!(pair(after.note_due(t1, 90_000 + 400)), Some((50_400, 90_400)));
     }
 
@@ -692,8 +702,8 @@ mod tests {
         let t0 = Instant::now();
         let mut c = clock(50_000, None);
         assert_eq!(pair(c.note_due(t0, 7)), None, "no stamp seen since the start");
-        c.observe(&[stamped(60_000)], t0);
-        assert_eq!(pair(c.note_due(t0 + Duration::from_millis(300), 900)), Some((60_300, 900)));
+        assert_eq!(pair(c.observe(&[stamped(60_000)], t0, 600)), Some((60_000, 600)));
+        assert_eq!(pair(c.note_due(t0 + Duration::from_millis(300), 900)), None);
         assert_eq!(pair(c.note_due(t0 + Duration::from_millis(900), 1_500)), None);
         assert_eq!(pair(c.note_due(t0 + Duration::from_millis(1_300), 1_900)), Some((61_300, 1_900)));
         // A wall-clock step is noted at once.
@@ -705,14 +715,14 @@ mod tests {
     fn stamps_that_never_reach_the_log_do_not_carry_into_a_later_term() {
         let t0 = Instant::now();
         let mut c = clock(0, None);
-        c.observe(&[stamped(50_000)], t0);
+        let _ = c.observe(&[stamped(50_000)], t0, 0);
         // Leading term 2 with a wall clock far ahead: one step, stamped for
         // a proposal that is dropped as this node steps down.
         assert_eq!(c.stamp(2, t0, 90_000), 50_000 + MAX_CLOCK_STEP_MS);
         // Term 3's leader stamps from its own log time; this node leads
         // term 4, 1 s later, with the same wall clock: one step past log
         // time, not two.
-        c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100));
+        let _ = c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100), 0);
         assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 90_000), 51_000 + MAX_CLOCK_STEP_MS);
     }
 
@@ -720,13 +730,13 @@ mod tests {
     fn a_replaced_suffix_takes_its_stamps_with_it() {
         let t0 = Instant::now();
         let mut c = clock(0, None);
-        c.observe(&[stamped(50_000)], t0);
+        let _ = c.observe(&[stamped(50_000)], t0, 0);
         assert_eq!(c.stamp(2, t0, 90_000), 50_000 + MAX_CLOCK_STEP_MS);
-        c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
+        let _ = c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0, 0);
         // Term 3's leader replaces that entry: the log's last stamp is
         // 50_000 again, and then term 3's own.
         let _ = c.rewind(50_000, t0 + Duration::from_millis(100), 90_100);
-        c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100));
+        let _ = c.observe(&[stamped(50_100)], t0 + Duration::from_millis(100), 0);
         assert_eq!(c.last_ms(), 50_100);
         assert_eq!(c.stamp(4, t0 + Duration::from_secs(1), 90_000), 51_000 + MAX_CLOCK_STEP_MS);
     }
@@ -735,8 +745,8 @@ mod tests {
     fn a_rewind_gives_the_note_to_replace_the_one_on_disk_with() {
         let t0 = Instant::now();
         let mut c = clock(0, None);
-        c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0);
-        assert_eq!(pair(c.note_due(t0, 90_000)), Some((50_000 + MAX_CLOCK_STEP_MS, 90_000)));
+        let noted = c.observe(&[stamped(50_000 + MAX_CLOCK_STEP_MS)], t0, 90_000);
+        assert_eq!(pair(noted), Some((50_000 + MAX_CLOCK_STEP_MS, 90_000)));
         let t1 = t0 + Duration::from_millis(100);
         assert_eq!(pair(c.note_due(t1, 90_100)), None, "not due yet");
         // The entry leaves the log. Left on disk, the note of its time
@@ -756,8 +766,8 @@ mod tests {
     fn older_stamps_in_the_log_do_not_move_the_clock_back() {
         let t0 = Instant::now();
         let mut c = clock(0, None);
-        c.observe(&[stamped(50_000)], t0);
-        c.observe(&[stamped(20_000)], t0 + Duration::from_secs(1));
+        let _ = c.observe(&[stamped(50_000)], t0, 0);
+        let _ = c.observe(&[stamped(20_000)], t0 + Duration::from_secs(1), 0);
         assert_eq!(c.last_ms(), 50_000);
         assert_eq!(c.stamp(2, t0 + Duration::from_secs(1), 0), 51_000);
     }

@@ -63,6 +63,13 @@ async fn ticks_come_due_on_every_replica_and_go_on_under_a_new_leader() {
     let before = seen[seen.len() - 1];
     drop(leader);
     cluster.stop(old);
+    // It left a note of log time against this machine's boot clock, which
+    // measures its downtime when it comes back (wall-clock steps aside).
+    {
+        let storage = wasmraft_storage::Storage::open(&dir.path().join(format!("node-{old}")), old, Default::default()).unwrap();
+        let note = storage.log_time_note().unwrap().expect("a node that saw stamps leaves a note");
+        assert!(note.boot.is_some_and(|b| b.ms > 0), "no boot time in {note:?}");
+    }
     let leader = cluster.leader().await.unwrap();
     assert_ne!(leader.id(), old);
     let after = tick_after(&leader, before.0 + 1).await;

@@ -6,7 +6,8 @@ use wasmraft_raft::{Entry, HardState, Index, LogReader, Membership, SnapshotMeta
 
 use crate::codec;
 use crate::error::StorageError;
-use crate::rocks::{CF_LOG, CF_RAFT, KEY_HARD_STATE, Storage};
+use crate::log_time_note::LogTimeNote;
+use crate::rocks::{CF_LOG, CF_RAFT, KEY_HARD_STATE, KEY_LOG_TIME_NOTE, Storage};
 
 pub(crate) fn encode_index(i: Index) -> [u8; 8] {
     i.0.to_be_bytes()
@@ -32,6 +33,19 @@ impl Storage {
     ///
     /// `entries` must be contiguous and start at most one past the last index.
     pub fn append(&self, entries: &[Entry], hard_state: Option<&HardState>, sync: bool) -> Result<(), StorageError> {
+        self.append_noted(entries, hard_state, None, sync)
+    }
+
+    /// [`Storage::append`], with a note of log time in the same write batch
+    /// (see [`Storage::note_log_time`]): durable with the entries whose
+    /// stamps it counts from, never before or after them.
+    pub fn append_noted(
+        &self,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+        note: Option<&LogTimeNote>,
+        sync: bool,
+    ) -> Result<(), StorageError> {
         let stall = self.append_stall_ms.load(std::sync::atomic::Ordering::Acquire);
         if sync && stall > 0 {
             std::thread::sleep(std::time::Duration::from_millis(stall));
@@ -64,6 +78,9 @@ impl Storage {
         }
         if let Some(hs) = hard_state {
             batch.put_cf(self.cf(CF_RAFT), KEY_HARD_STATE, codec::encode_hard_state(hs));
+        }
+        if let Some(note) = note {
+            batch.put_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note.encode());
         }
         // Written, then synced apart: a write with RocksDB's own sync holds
         // its write queue for the whole fsync, and the apply thread's state

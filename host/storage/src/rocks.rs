@@ -216,9 +216,7 @@ impl Storage {
     /// rebooted, else by the wall clock. Node-local (not in snapshots),
     /// not synced: an older note gives the same estimate.
     pub fn note_log_time(&self, note: &LogTimeNote) -> Result<(), StorageError> {
-        if self.db.crashed() {
-            return Err(StorageError::Crashed);
-        }
+        self.spend_write()?;
         let mut opts = WriteOptions::default();
         opts.set_sync(false);
         self.db.put_cf_opt(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note.encode(), &opts)?;

@@ -353,3 +353,26 @@ fn a_replaced_log_time_note_survives_a_crash_and_none_removes_it() {
     s.replace_log_time_note(None).unwrap();
     assert_eq!(s.log_time_note().unwrap(), None);
 }
+
+/// A note appended with entries is in their write batch: a crash point
+/// that refuses the append leaves neither, one that lets it through both.
+#[test]
+fn a_note_appended_with_entries_is_written_with_them_or_not_at_all() {
+    let note = LogTimeNote { log_time_ms: 5_000, wall_ms: 9_000, boot: Some(BootTime { boot_id: [1; 16], ms: 70 }) };
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        s.crash_after_writes(0);
+        assert!(matches!(s.append_noted(&[entry(1, 1, "a")], None, Some(&note), true), Err(StorageError::Crashed)));
+    }
+    {
+        let s = open(dir.path());
+        assert_eq!(s.log_bounds().1, Index(0));
+        assert_eq!(s.log_time_note().unwrap(), None);
+        s.crash_after_writes(1);
+        s.append_noted(&[entry(1, 1, "a")], None, Some(&note), true).unwrap();
+    }
+    let s = open(dir.path());
+    assert_eq!(s.log_bounds().1, Index(1));
+    assert_eq!(s.log_time_note().unwrap(), Some(note));
+}

@@ -117,10 +117,9 @@ pub(super) struct Live {
 
 impl Live {
     /// Opens the node's data directory and builds its workers, as
-    /// `Node::start` does, but gives them no threads. Its machine booted
-    /// at `boot` and never reboots: the time since its last note of log
-    /// time counts from there.
-    pub fn start(config: NodeConfig, outbox: Outbox, boot: Instant, now: Instant) -> Result<Live, String> {
+    /// `Node::start` does, but gives them no threads. `boot` is its
+    /// machine's boot clock, simulated.
+    pub fn start(config: NodeConfig, outbox: Outbox, boot: crate::timers::BootClock, now: Instant) -> Result<Live, String> {
         let id = config.id;
         let transport = SimTransport { id, outbox };
         let Parts { node, mut raft_loop, worker, apply_tasks } =
@@ -128,7 +127,7 @@ impl Live {
         drop(apply_tasks);
         let apply = ApplyStep(Arc::new(Mutex::new(ApplyQueue { worker, tasks: VecDeque::new(), stopped: false })));
         raft_loop.apply = Box::new(crate::apply_port::RegistrationsHeld::new(Box::new(apply.clone())));
-        raft_loop.stamp_clock.set_boot_clock(crate::timers::BootClock::Simulated { zero: boot });
+        raft_loop.stamp_clock.set_boot_clock(boot);
         let stopped = raft_loop.start(now) == Flow::Stop;
         Ok(Live { node, raft_loop, apply, stopped })
     }

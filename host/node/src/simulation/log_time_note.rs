@@ -69,7 +69,7 @@ fn crash_while_the_suffix_is_replaced(writes: u64) -> Found {
     drop(storage);
     drop(leader);
 
-    let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, start, start).unwrap();
+    let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, crate::timers::BootClock::simulated(start), start).unwrap();
     let storage = &restarted.raft_loop.storage;
     Found {
         replaced: storage.term(Index(at)) != Ok(Term(term)),
@@ -98,4 +98,91 @@ fn at_every_crash_point_a_replaced_suffix_leaves_no_note_of_its_time() {
     let found = crash_while_the_suffix_is_replaced(u64::MAX);
     assert!(found.replaced);
     assert_eq!(found.log_time, REPLACING_STAMP_MS);
+}
+
+/// What a node that crashed as a new term's first entry reached it finds
+/// after its restart.
+struct NewTerm {
+    appended: bool,
+    note: Option<wasmraft_storage::LogTimeNote>,
+    /// The new entry's stamp, and when it arrived, in boot ms.
+    stamp: u64,
+    arrived_ms: u64,
+}
+
+fn crash_as_a_new_term_arrives(writes: u64) -> NewTerm {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::default();
+    let start = Instant::now();
+    let (mut leader, mut ms) = leader_of_two(dir.path(), &outbox, start);
+    let term = leader.node.status().term;
+    let mut turns = |leader: &mut Live, n: u64| {
+        for _ in 0..n {
+            ms += 1;
+            leader.turn(start + Duration::from_millis(ms), LEADER_WALL_MS + ms, false);
+            leader.apply(usize::MAX);
+        }
+        ms
+    };
+    // Node 1 stamps a put from its wall clock, and runs on for 90 ms.
+    turns(&mut leader, 2);
+    let (reply, _answer) = tokio::sync::oneshot::channel();
+    leader.node.ask_propose((put("a", 10), 5, 1, reply)).unwrap();
+    let arrived_ms = turns(&mut leader, 90);
+    let at = leader.node.status().last_index;
+    let storage = leader.raft_loop.storage.clone();
+    let own_stamp = crate::timers::stored_log_time(&storage).unwrap();
+    assert!(own_stamp >= LEADER_WALL_MS, "{own_stamp}");
+
+    // Node 2 leads the next term on a clock that lags node 1's by about
+    // 90 ms (it anchored from a lagging estimate): node 1's note,
+    // extrapolated from its own clock, is ahead of it.
+    let stamp = own_stamp + 1;
+    let command = Envelope { timestamp_ms: stamp, client_id: 0, sequence: 0, command: put("b", 10) }.encode();
+    storage.crash_after_writes(writes);
+    leader.node.step(Message {
+        from: NodeId(2),
+        to: NodeId(1),
+        term: Term(term + 1),
+        body: MessageBody::AppendEntries {
+            prev: LogId::new(term, at),
+            entries: vec![Entry { log_id: LogId::new(term + 1, at + 1), payload: EntryPayload::Normal(command) }],
+            commit: Index(0),
+        },
+    });
+    turns(&mut leader, 3);
+    drop(storage);
+    drop(leader);
+
+    let boot = crate::timers::BootClock::simulated(start);
+    let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, boot, start).unwrap();
+    let storage = &restarted.raft_loop.storage;
+    NewTerm {
+        appended: storage.term(Index(at + 1)) == Ok(Term(term + 1)),
+        note: storage.log_time_note().unwrap(),
+        stamp,
+        arrived_ms,
+    }
+}
+
+/// The note of a new term's clock goes to disk in the write that appends
+/// its first stamp: at no crash point does a restarted node find the new
+/// term's entry with a note from the old term's clock, which would put its
+/// estimate ahead of log time by how far the new clock lags.
+#[test]
+fn a_new_terms_first_stamp_reaches_the_disk_with_its_note() {
+    for writes in [1, 2, 3, u64::MAX] {
+        let found = crash_as_a_new_term_arrives(writes);
+        assert!(found.appended, "after {writes} writes: the append is the first write");
+        let note = found.note.expect("a note");
+        let boot_ms = note.boot.expect("a simulated boot clock").ms;
+        // Log time the note gives at any later moment, against the new
+        // stamp counted from when it arrived (which may only lag).
+        assert!(
+            note.log_time_ms.saturating_sub(boot_ms) <= found.stamp.saturating_sub(found.arrived_ms),
+            "after {writes} writes: the note {note:?} runs ahead of the new term's stamp {} at {} ms",
+            found.stamp,
+            found.arrived_ms
+        );
+    }
 }

@@ -74,6 +74,7 @@ use leases::{LeaseStats, Leases};
 use rng::Rng;
 
 use crate::config::NodeConfig;
+use crate::timers::BootClock;
 use crate::node::Node;
 use crate::transport::SnapshotDone;
 
@@ -87,6 +88,8 @@ pub(crate) struct Stats {
     pub crash_points_set: u64,
     pub crash_points_hit: u64,
     pub restarts: u64,
+    /// Restarts whose machine rebooted: the boot clock started again.
+    pub reboots: u64,
     pub partitions: u64,
     /// Raft loops paused for a while (`World::paused`).
     pub pauses: u64,
@@ -123,6 +126,7 @@ impl Stats {
         self.crash_points_set += o.crash_points_set;
         self.crash_points_hit += o.crash_points_hit;
         self.restarts += o.restarts;
+        self.reboots += o.reboots;
         self.partitions += o.partitions;
         self.pauses += o.pauses;
         self.transfers += o.transfers;
@@ -173,7 +177,23 @@ struct Slot {
     /// How far this node's wall clock is off (skewed at start, stepped as a
     /// fault), in ms.
     wall_offset_ms: i64,
+    /// When its wall clock last stepped forward.
+    stepped_forward_at: Option<u64>,
+    /// Its machine rebooted and the node has taken no turn since, so it
+    /// has not read its note of log time yet.
+    booted_unread: bool,
+    /// Its machine's boot clock.
+    boot: BootClock,
+    restarts: u64,
 }
+
+/// How long after a forward step of its wall clock a node's machine does
+/// not reboot: after a reboot, a restarted node measures its downtime by
+/// the wall clock, so a step it had no time to note (one turn after the
+/// step, after a pause of up to 420 ms), or one after the reboot before it
+/// read its note, would count as downtime: the one case
+/// docs/design/006-timers-and-leases.md accepts.
+const NO_REBOOT_AFTER_STEP_MS: u64 = 2_000;
 
 struct HoldersStopped {
     leaderless_ms: u64,
@@ -241,10 +261,12 @@ impl World {
                 config.join = true;
                 config.bootstrap_voters.clear();
             }
-            let live = Live::start(config.clone(), outbox.clone(), base, base)?;
+            let boot = BootClock::Simulated { boot_id: [id as u8; 16], zero: base };
+            let live = Live::start(config.clone(), outbox.clone(), boot, base)?;
             // Wall clocks up to 300 ms apart.
             let wall_offset_ms = rng.below(601) as i64 - 300;
-            slots.insert(id, Slot { config, live: Some(live), down_until: 0, wall_offset_ms });
+            let slot = Slot { config, live: Some(live), down_until: 0, wall_offset_ms, stepped_forward_at: None, booted_unread: false, boot, restarts: 0 };
+            slots.insert(id, slot);
         }
         Ok(World {
             rng,
@@ -311,7 +333,8 @@ impl World {
             let stall = faults && self.rng.chance(0.02) || paused;
             let lag = self.rng.chance(0.3);
             let slow_disk = self.rng.chance(0.3);
-            let Some(live) = self.slots.get_mut(&id).and_then(|s| s.live.as_mut()) else { continue };
+            let Some(slot) = self.slots.get_mut(&id) else { continue };
+            let Some(live) = slot.live.as_mut() else { continue };
             // The apply worker runs behind the Raft loop now and then, and
             // on while the loop is paused.
             if !lag && (paused || !stall) {
@@ -321,6 +344,7 @@ impl World {
                 continue;
             }
             live.turn(now, wall_ms, slow_disk);
+            slot.booted_unread = false;
             self.stats.turns += 1;
         }
         let slots = &self.slots;
@@ -383,11 +407,18 @@ impl World {
             // A wall clock steps by up to 10 s either way (NTP, an operator),
             // while its node runs, is paused or is down: a restarted node
             // measures the time since its last note of log time by its
-            // machine's boot clock, which no step moves.
+            // machine's boot clock, which no step moves. Not forward after a
+            // reboot before the node read its note: then it measures by the
+            // wall clock (see `NO_REBOOT_AFTER_STEP_MS`).
             let id = *self.rng.pick(&ids);
             let step = self.rng.below(20_001) as i64 - 10_000;
-            if let Some(slot) = self.slots.get_mut(&id) {
+            if let Some(slot) = self.slots.get_mut(&id)
+                && !(step > 0 && slot.booted_unread)
+            {
                 slot.wall_offset_ms += step;
+                if step > 0 {
+                    slot.stepped_forward_at = Some(self.now);
+                }
                 self.stats.clock_steps += 1;
                 trace!(self, "node {id}'s wall clock steps {step} ms");
             }
@@ -449,10 +480,22 @@ impl World {
                 if std::path::Path::new(&incoming).exists() {
                     self.stats.installs_interrupted += 1;
                 }
-                slot.live = Some(Live::start(slot.config.clone(), self.outbox.clone(), self.base, now)?);
+                // Every second restart, the machine rebooted too, unless its
+                // wall clock stepped forward shortly before or since.
+                slot.restarts += 1;
+                let reboot = slot.restarts % 2 == 0
+                    && slot.stepped_forward_at.is_none_or(|at| self.now >= at + NO_REBOOT_AFTER_STEP_MS);
+                if reboot && let BootClock::Simulated { mut boot_id, .. } = slot.boot {
+                    boot_id[1] = boot_id[1].wrapping_add(1);
+                    slot.boot = BootClock::Simulated { boot_id, zero: now };
+                    slot.booted_unread = true;
+                    self.stats.reboots += 1;
+                }
+                slot.live = Some(Live::start(slot.config.clone(), self.outbox.clone(), slot.boot, now)?);
                 self.stats.restarts += 1;
                 if let Some(t) = self.trace.as_mut() {
-                    t.push(format!("[{:>6} ms] node {id} restarts", self.now));
+                    let how = if reboot { " after a reboot" } else { "" };
+                    t.push(format!("[{:>6} ms] node {id} restarts{how}", self.now));
                 }
             }
         }
