@@ -17,6 +17,7 @@
 mod apply;
 mod apply_port;
 mod apply_tick;
+mod boot_clock;
 mod config;
 mod deploy;
 mod divergence;

@@ -462,7 +462,7 @@ impl Node {
             stamp_clock: crate::timers::StampClock::new(
                 crate::timers::stored_log_time(&storage)?,
                 storage.log_time_note()?,
-                crate::timers::BootClock::of_this_machine(),
+                crate::boot_clock::BootClock::of_this_machine(),
             ),
             received_snapshot: None,
             self_tx: raft_tx.clone(),

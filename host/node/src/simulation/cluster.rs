@@ -119,7 +119,7 @@ impl Live {
     /// Opens the node's data directory and builds its workers, as
     /// `Node::start` does, but gives them no threads. `boot` is its
     /// machine's boot clock, simulated.
-    pub fn start(config: NodeConfig, outbox: Outbox, boot: crate::timers::BootClock, now: Instant) -> Result<Live, String> {
+    pub fn start(config: NodeConfig, outbox: Outbox, boot: crate::boot_clock::BootClock, now: Instant) -> Result<Live, String> {
         let id = config.id;
         let transport = SimTransport { id, outbox };
         let Parts { node, mut raft_loop, worker, apply_tasks } =

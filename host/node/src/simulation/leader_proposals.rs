@@ -45,7 +45,7 @@ fn leader(dir: &std::path::Path, outbox: &Outbox, start: Instant) -> (Live, u64)
     let mut config = node_config(1, &[1], dir, plugin_cache(), 1);
     config.max_request_bytes = 1 << 20;
     config.max_pending_bytes = 3 << 20;
-    let mut leader = Live::start(config, outbox.clone(), crate::timers::BootClock::simulated(start), start).unwrap();
+    let mut leader = Live::start(config, outbox.clone(), crate::boot_clock::BootClock::simulated(start), start).unwrap();
     for ms in 1..=500 {
         if leader.node.status().role == Role::Leader {
             break;
@@ -131,7 +131,7 @@ fn a_leader_answers_busy_to_batches_past_its_budget_until_earlier_ones_apply() {
 /// uncommitted. Returns it with the time of its election, in ms from `start`.
 pub(super) fn leader_of_two(dir: &std::path::Path, outbox: &Outbox, start: Instant) -> (Live, u64) {
     let config = node_config(1, &[1, 2], dir, plugin_cache(), 1);
-    let mut leader = Live::start(config, outbox.clone(), crate::timers::BootClock::simulated(start), start).unwrap();
+    let mut leader = Live::start(config, outbox.clone(), crate::boot_clock::BootClock::simulated(start), start).unwrap();
     let mut ms = 0;
     while leader.node.status().role != Role::Leader && ms < 5_000 {
         ms += 10;

@@ -69,7 +69,7 @@ fn crash_while_the_suffix_is_replaced(writes: u64) -> Found {
     drop(storage);
     drop(leader);
 
-    let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, crate::timers::BootClock::simulated(start), start).unwrap();
+    let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, crate::boot_clock::BootClock::simulated(start), start).unwrap();
     let storage = &restarted.raft_loop.storage;
     Found {
         replaced: storage.term(Index(at)) != Ok(Term(term)),
@@ -154,7 +154,7 @@ fn crash_as_a_new_term_arrives(writes: u64) -> NewTerm {
     drop(storage);
     drop(leader);
 
-    let boot = crate::timers::BootClock::simulated(start);
+    let boot = crate::boot_clock::BootClock::simulated(start);
     let restarted = Live::start(node_config(1, &[1, 2], dir.path(), plugin_cache(), 1), outbox, boot, start).unwrap();
     let storage = &restarted.raft_loop.storage;
     NewTerm {

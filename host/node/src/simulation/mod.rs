@@ -74,7 +74,7 @@ use leases::{LeaseStats, Leases};
 use rng::Rng;
 
 use crate::config::NodeConfig;
-use crate::timers::BootClock;
+use crate::boot_clock::BootClock;
 use crate::node::Node;
 use crate::transport::SnapshotDone;
 

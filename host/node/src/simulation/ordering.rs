@@ -37,7 +37,7 @@ fn an_empty_append_waits_behind_appends_held_for_room() {
     let outbox = Outbox::default();
     let start = Instant::now();
     let config = node_config(2, &[1, 2, 3], dir.path(), plugin_cache(), 1);
-    let mut follower = Live::start(config, outbox.clone(), crate::timers::BootClock::simulated(start), start).unwrap();
+    let mut follower = Live::start(config, outbox.clone(), crate::boot_clock::BootClock::simulated(start), start).unwrap();
     follower.node.step(append(0, vec![entry(1)]));
     follower.node.step(append(1, vec![entry(2)]));
     follower.node.step(append(2, vec![entry(3)]));

@@ -51,7 +51,7 @@ fn reads_during_a_round_join_the_next_and_a_lost_round_is_started_again() {
     let start = Instant::now();
     // 10 ms ticks, a 100 ms election timeout.
     let config = node_config(2, &[1, 2, 3], dir.path(), plugin_cache(), 1);
-    let mut follower = Live::start(config, outbox.clone(), crate::timers::BootClock::simulated(start), start).unwrap();
+    let mut follower = Live::start(config, outbox.clone(), crate::boot_clock::BootClock::simulated(start), start).unwrap();
     let at = |ms: u64| start + Duration::from_millis(ms);
     follower.node.step(heartbeat(1));
     follower.turn(at(1), 1, false);
@@ -100,7 +100,7 @@ fn reads_asked_of_a_stopped_loop_get_its_error() {
     let outbox = Outbox::default();
     let start = Instant::now();
     let config = node_config(2, &[1, 2, 3], dir.path(), plugin_cache(), 1);
-    let mut follower = Live::start(config, outbox.clone(), crate::timers::BootClock::simulated(start), start).unwrap();
+    let mut follower = Live::start(config, outbox.clone(), crate::boot_clock::BootClock::simulated(start), start).unwrap();
     follower.node.step(heartbeat(1));
     follower.turn(start, 1, false);
     let mut waiting = ask(&follower);

@@ -20,7 +20,7 @@ fn a_stalled_follower_keeps_its_vote_guard_after_answering_a_heartbeat() {
     let outbox = Outbox::default();
     let start = Instant::now();
     let config = node_config(2, &[1, 2, 3], dir.path(), plugin_cache(), 1);
-    let mut follower = Live::start(config, outbox.clone(), crate::timers::BootClock::simulated(start), start).unwrap();
+    let mut follower = Live::start(config, outbox.clone(), crate::boot_clock::BootClock::simulated(start), start).unwrap();
     let at = |ms: u64| start + Duration::from_millis(ms);
     follower.node.step(heartbeat(1));
     follower.turn(at(1), 1, false);
