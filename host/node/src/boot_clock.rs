@@ -25,9 +25,9 @@ impl BootClock {
     /// This machine's, if it has one.
     pub fn of_this_machine() -> Self {
         match machine_boot_id() {
-            Some(boot_id) if boot_ms().is_some() => BootClock::Machine { boot_id },
+            Some(boot_id) if boot_ns().is_some() => BootClock::Machine { boot_id },
             _ => {
-                tracing::info!(
+                tracing::warn!(
                     "no boot clock: after a restart, the time since the last note of log time is taken from the wall clock"
                 );
                 BootClock::Unknown
@@ -41,11 +41,31 @@ impl BootClock {
         BootClock::Simulated { boot_id: [0; 16], zero }
     }
 
-    /// The clock at `now` (only a simulated one reads `now`).
-    #[cfg_attr(not(test), allow(unused_variables))]
-    pub fn read(&self, now: Instant) -> Option<BootTime> {
+    /// The clock as it read at `now`, in ms: rounded up for a note
+    /// (`Round::Up`: the time since it then never exceeds the real one),
+    /// down for a reading against a note. A machine's clock is read after
+    /// `now`: the monotonic clock's advance since is taken off, measured
+    /// so that the reading errs the same way as its rounding.
+    pub fn read(&self, now: Instant, round: Round) -> Option<BootTime> {
         match *self {
-            BootClock::Machine { boot_id } => Some(BootTime { boot_id, ms: boot_ms()? }),
+            BootClock::Machine { boot_id } => {
+                let ns = match round {
+                    // The advance measured first, so no more than the real one.
+                    Round::Up => {
+                        let late = nanos(Instant::now().saturating_duration_since(now));
+                        boot_ns()?.saturating_sub(late)
+                    }
+                    Round::Down => {
+                        let boot = boot_ns()?;
+                        boot.saturating_sub(nanos(Instant::now().saturating_duration_since(now)))
+                    }
+                };
+                let ms = match round {
+                    Round::Up => ns.div_ceil(1_000_000),
+                    Round::Down => ns / 1_000_000,
+                };
+                Some(BootTime { boot_id, ms })
+            }
             #[cfg(test)]
             BootClock::Simulated { boot_id, zero } => {
                 Some(BootTime { boot_id, ms: now.saturating_duration_since(zero).as_millis() as u64 })
@@ -53,6 +73,17 @@ impl BootClock {
             BootClock::Unknown => None,
         }
     }
+}
+
+/// Which way [`BootClock::read`] rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Round {
+    Up,
+    Down,
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The kernel's id of this boot: a UUID, as 16 bytes.
@@ -69,18 +100,18 @@ fn machine_boot_id() -> Option<[u8; 16]> {
     Some(id)
 }
 
-/// `CLOCK_BOOTTIME` in ms.
+/// `CLOCK_BOOTTIME` in ns.
 #[cfg(target_os = "linux")]
-fn boot_ms() -> Option<u64> {
+fn boot_ns() -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes only the timespec it is given.
     #[allow(unsafe_code)]
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as u64 * 1_000 + ts.tv_nsec as u64 / 1_000_000)
+    (rc == 0).then(|| (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn boot_ms() -> Option<u64> {
+fn boot_ns() -> Option<u64> {
     None
 }
 
@@ -93,9 +124,14 @@ mod tests {
     fn a_linux_machine_has_a_boot_clock_that_goes_forward() {
         let machine = BootClock::of_this_machine();
         assert!(matches!(machine, BootClock::Machine { boot_id } if boot_id != [0; 16]), "{machine:?}");
-        let first = machine.read(Instant::now()).expect("CLOCK_BOOTTIME reads");
-        let second = machine.read(Instant::now()).expect("CLOCK_BOOTTIME reads");
-        assert_eq!(first.boot_id, second.boot_id);
-        assert!(second.ms >= first.ms && first.ms > 0, "{first:?} then {second:?}");
+        let now = Instant::now();
+        let (down, up) = (machine.read(now, Round::Down).expect("reads"), machine.read(now, Round::Up).expect("reads"));
+        assert_eq!(down.boot_id, up.boot_id);
+        assert!(down.ms > 0 && up.ms >= down.ms, "{down:?}, rounded up {up:?}");
+        // Read later, the clock as it was at `now` stays where it was.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let again = machine.read(now, Round::Down).expect("reads");
+        assert!(again.ms <= up.ms, "{again:?} read later for the same moment, against {up:?}");
+        assert!(machine.read(Instant::now(), Round::Down).expect("reads").ms >= down.ms + 20);
     }
 }

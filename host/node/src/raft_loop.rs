@@ -232,6 +232,11 @@ pub(crate) struct InFlight {
     entries: usize,
     started: Instant,
     reported: bool,
+    /// The last stamp among the entries, with its term: log time once
+    /// they are durable.
+    stamped: Option<(u64, u64)>,
+    /// The wall clock of the note of log time the write carries, if any.
+    noted_wall: Option<u64>,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -566,9 +571,13 @@ impl<T: Transport> RaftLoop<T> {
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
         }
-        if let Some(note) = self.stamp_clock.note_due(now, wall_ms) {
-            // A lost note leaves an older one, which may count from an
-            // older term's clock (see `StampClock::observe`): due again.
+        // Not while a write carrying a note is in flight: the two would race
+        // on the log writer's thread and this one, and this one, from the
+        // clock before the write, may land last.
+        let note_in_flight = self.in_flight.as_ref().is_some_and(|w| w.noted_wall.is_some());
+        if let Some(note) = (!note_in_flight).then(|| self.stamp_clock.note_due(now, wall_ms)).flatten() {
+            // A lost note leaves an older one, which may be further from
+            // log time than a new one would be: due again.
             if let Err(e) = self.storage.note_log_time(&note) {
                 tracing::debug!(error = %e, "cannot note log time");
                 self.stamp_clock.note_refused();
@@ -870,11 +879,14 @@ impl<T: Transport> RaftLoop<T> {
         // made meanwhile (see `lease_share`).
         self.publish_lease();
         if let Some(result) = persisted {
-            let InFlight { mut ready, sync, entries, .. } = self
+            let InFlight { mut ready, sync, entries, started, stamped, noted_wall, .. } = self
                 .in_flight
                 .take()
                 .ok_or("the log writer finished a write the Raft loop never gave it")?;
             let crate::log_writer::Written { took, unsent } = result?;
+            if let Some(stamped) = stamped {
+                self.stamp_clock.written(stamped, started, noted_wall);
+            }
             ready.persisted_messages.extend(unsent);
             if sync {
                 self.metrics.log_fsync.observe(took);
@@ -971,7 +983,9 @@ impl<T: Transport> RaftLoop<T> {
                 }
             }
             // Entries, a term or a vote: written off this thread.
-            let note = self.stamp_clock.observe(&rd.entries, self.now, self.wall_ms);
+            let stamped = crate::timers::last_stamp(&rd.entries);
+            let note = self.stamp_clock.note_for_append(stamped, self.now, self.wall_ms);
+            let noted_wall = note.map(|n| n.wall_ms);
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
                 let entries = rd.entries.len();
@@ -992,7 +1006,7 @@ impl<T: Transport> RaftLoop<T> {
                     answers,
                 });
                 let started = self.now;
-                self.in_flight = Some(InFlight { ready: rd, sync, entries, started, reported: false });
+                self.in_flight = Some(InFlight { ready: rd, sync, entries, started, reported: false, stamped, noted_wall });
                 return Ok(());
             }
             if let Some(hard_state) = &rd.hard_state {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use wasmraft_raft::{Entry, EntryPayload, Index, Role};
 use wasmraft_storage::{LogTimeNote, Storage};
 
-use crate::boot_clock::BootClock;
+use crate::boot_clock::{BootClock, Round};
 
 use crate::raft_loop::ProposeReply;
 use crate::system::SystemCommand;
@@ -67,14 +67,16 @@ pub(crate) struct StampClock {
     /// The note of log time left before a restart, until the first turn
     /// reads it.
     note: Option<LogTimeNote>,
-    /// When a note was last taken, and the wall clock then.
+    /// When a note was last taken (given to be written, periodic or with
+    /// entries), and the wall clock then.
     noted_at: Option<(Instant, u64)>,
     /// The clock that measures the time since a note across a restart.
     boot: BootClock,
 }
 
-/// How often the Raft loop notes log time against the wall clock; at once
-/// when the wall clock steps by more than [`NOTE_ON_STEP_MS`].
+/// How often the Raft loop notes log time against its clocks; at once when
+/// the wall clock steps by more than [`NOTE_ON_STEP_MS`] (which a restart
+/// after a reboot measures by).
 pub(crate) const NOTE_EVERY: Duration = Duration::from_secs(1);
 const NOTE_ON_STEP_MS: u64 = 50;
 
@@ -95,7 +97,7 @@ impl StampClock {
 
     /// A note of log time `log_time_ms` now.
     fn note_of(&self, log_time_ms: u64, now: Instant, wall_ms: u64) -> LogTimeNote {
-        LogTimeNote { log_time_ms, wall_ms, boot: self.boot.read(now) }
+        LogTimeNote { log_time_ms, wall_ms, boot: self.boot.read(now, Round::Up) }
     }
 
     /// Log time by this node's monotonic clock, if it knows it.
@@ -111,7 +113,7 @@ impl StampClock {
     fn read_note(&mut self, now: Instant, wall_ms: u64) {
         if let Some(note) = self.note.take() {
             if self.known.is_none() {
-                let since = match (note.boot, self.boot.read(now)) {
+                let since = match (note.boot, self.boot.read(now, Round::Down)) {
                     (Some(then), Some(boot)) if then.boot_id == boot.boot_id => boot.ms.saturating_sub(then.ms),
                     _ => wall_ms.saturating_sub(note.wall_ms),
                 };
@@ -140,8 +142,8 @@ impl StampClock {
     }
 
     /// The note [`note_due`](Self::note_due) gave could not be written:
-    /// it is due again at the next turn, as the one on disk may count from
-    /// an older term's clock.
+    /// it is due again at the next turn, as the one on disk may be further
+    /// from log time (missing a wall-clock step, for a reboot).
     pub fn note_refused(&mut self) {
         self.noted_at = None;
     }
@@ -152,30 +154,37 @@ impl StampClock {
         self.last_ms
     }
 
-    /// Notes entries written to this node's log at `now` (`wall_ms` on
-    /// the wall clock). Log time then counts from the last stamp among
-    /// them. With the first stamp of another term, it returns the note to
-    /// write in the same batch as the entries: a new leader's clock may
-    /// run behind the one this node counted from (it anchored from a
-    /// lagging estimate), and a note extrapolated from the old clock, read
-    /// after a restart, would put this node ahead of log time by the
-    /// difference (seed 1000349: 42 ms past the step a new leader may
-    /// take). Written apart from the entries, a crash between the two
-    /// writes would leave the old note with the new entries.
-    #[must_use = "the note goes to disk with the entries"]
-    pub fn observe(&mut self, entries: &[Entry], now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
-        let (stamp, term) = entries.iter().rev().find_map(|e| Some((entry_stamp(e)?, e.log_id.term.0)))?;
+    /// The note to write in the same batch as entries whose last stamp is
+    /// `stamped` (stamp, term), handed to the log writer at `now`: one with
+    /// the first stamp of another term. A new leader's clock may run
+    /// behind the one this node counted from (it anchored from a lagging
+    /// estimate), and a note extrapolated from the old clock, read after a
+    /// restart, would put this node ahead of log time by the difference
+    /// (seed 1000349: 42 ms past the step a new leader may take). Written
+    /// apart from the entries, a crash between the two writes would leave
+    /// the old note with the new entries.
+    pub fn note_for_append(&self, stamped: Option<(u64, u64)>, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
+        let (stamp, term) = stamped?;
+        (stamp >= self.last_ms && term != self.known_term).then(|| self.note_of(stamp, now, wall_ms))
+    }
+
+    /// Entries whose last stamp is `stamped` (stamp, term), handed to the
+    /// log writer at `seen`, are durable: log time counts from that stamp.
+    /// Not before: a note taken meanwhile (`note_due`) would count a stamp
+    /// that a crash may still take from the log, and one this node made
+    /// leading a term may run [`MAX_CLOCK_STEP_MS`] ahead of the log before
+    /// it. `noted_wall`: the wall clock of the note written with them, if
+    /// any (the next periodic one is a second later).
+    pub fn written(&mut self, (stamp, term): (u64, u64), seen: Instant, noted_wall: Option<u64>) {
+        if let Some(wall_ms) = noted_wall {
+            self.noted_at = Some((seen, wall_ms));
+        }
         if stamp < self.last_ms {
-            return None;
+            return;
         }
         self.last_ms = stamp;
-        self.known = Some((stamp, now));
-        if term == self.known_term {
-            return None;
-        }
+        self.known = Some((stamp, seen));
         self.known_term = term;
-        self.noted_at = Some((now, wall_ms));
-        Some(self.note_of(stamp, now, wall_ms))
     }
 
     /// The log lost entries this node had written: a follower's suffix
@@ -430,6 +439,11 @@ impl WakeUp {
     }
 }
 
+/// The last stamp among `entries`, with its entry's term.
+pub(crate) fn last_stamp(entries: &[Entry]) -> Option<(u64, u64)> {
+    entries.iter().rev().find_map(|e| Some((entry_stamp(e)?, e.log_id.term.0)))
+}
+
 /// The stamp an entry carries, if any: a client command's envelope or a
 /// deploy's timestamp.
 pub(crate) fn entry_stamp(e: &Entry) -> Option<u64> {
@@ -495,6 +509,17 @@ mod tests {
         note.map(|n| (n.log_time_ms, n.wall_ms))
     }
 
+    impl StampClock {
+        /// Entries handed to the log writer at `now` and durable at once:
+        /// the note that goes with them.
+        fn observe(&mut self, entries: &[Entry], now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
+            let stamped = last_stamp(entries)?;
+            let note = self.note_for_append(Some(stamped), now, wall_ms);
+            self.written(stamped, now, note.map(|n| n.wall_ms));
+            note
+        }
+    }
+
     fn stamped(stamp: u64) -> Entry {
         stamped_in(1, stamp)
     }
@@ -528,6 +553,29 @@ mod tests {
         // Refused by the store, it is due again.
         c.note_refused();
         assert_eq!(pair(c.note_due(t3, 90_700)), Some((10_650, 90_700)));
+    }
+
+    /// A stamp counts once its entries are durable: handed to the log
+    /// writer, it moves neither a periodic note nor a later term's anchor
+    /// (a crash, or a new leader, may still take it from the log).
+    #[test]
+    fn a_stamp_counts_once_its_entries_are_durable() {
+        let t0 = Instant::now();
+        let mut c = clock(0, None);
+        let _ = c.observe(&[stamped_in(4, 50_000)], t0, 90_000);
+        // Leading term 5 with a wall clock far ahead: one step ahead, with
+        // its note in the batch.
+        let t1 = t0 + Duration::from_secs(1);
+        let stamp = c.stamp(5, t1, 99_000);
+        assert_eq!(stamp, 51_000 + MAX_CLOCK_STEP_MS);
+        assert_eq!(pair(c.note_for_append(Some((stamp, 5)), t1, 99_000)), Some((stamp, 99_000)));
+        // In flight, the estimate is still the durable log's.
+        let t2 = t1 + Duration::from_secs(1);
+        assert_eq!(pair(c.note_due(t2, 100_000)), Some((52_000, 100_000)));
+        assert_eq!(c.stamp(6, t2, 100_000), 52_000 + MAX_CLOCK_STEP_MS, "one step past the durable log");
+        // Written, it counts.
+        c.written((stamp, 5), t1, None);
+        assert_eq!(c.last_ms(), stamp);
     }
 
     #[test]

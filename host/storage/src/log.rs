@@ -7,7 +7,7 @@ use wasmraft_raft::{Entry, HardState, Index, LogReader, Membership, SnapshotMeta
 use crate::codec;
 use crate::error::StorageError;
 use crate::log_time_note::LogTimeNote;
-use crate::rocks::{CF_LOG, CF_RAFT, KEY_HARD_STATE, KEY_LOG_TIME_NOTE, Storage};
+use crate::rocks::{CF_LOG, CF_RAFT, KEY_HARD_STATE, Storage};
 
 pub(crate) fn encode_index(i: Index) -> [u8; 8] {
     i.0.to_be_bytes()
@@ -79,8 +79,8 @@ impl Storage {
         if let Some(hs) = hard_state {
             batch.put_cf(self.cf(CF_RAFT), KEY_HARD_STATE, codec::encode_hard_state(hs));
         }
-        if let Some(note) = note {
-            batch.put_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note.encode());
+        if note.is_some() {
+            self.put_log_time_note(&mut batch, note);
         }
         // Written, then synced apart: a write with RocksDB's own sync holds
         // its write queue for the whole fsync, and the apply thread's state

@@ -24,29 +24,40 @@ pub struct BootTime {
 }
 
 impl LogTimeNote {
-    /// Log time, the wall clock, then (if known) the boot id and the boot
-    /// clock: 16 or 40 bytes.
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(40);
-        out.extend_from_slice(&self.log_time_ms.to_be_bytes());
-        out.extend_from_slice(&self.wall_ms.to_be_bytes());
-        if let Some(boot) = self.boot {
-            out.extend_from_slice(&boot.boot_id);
-            out.extend_from_slice(&boot.ms.to_be_bytes());
-        }
-        out
+    /// Stored under two keys, so that a binary from before boot clocks,
+    /// which reads a note of exactly 16 bytes, still starts on a data
+    /// directory a later one wrote: log time and the wall clock (16 bytes),
+    /// and, if known, the same 16 bytes followed by the boot id and the
+    /// boot clock (40). The second counts only while its first 16 bytes
+    /// match the first key's: an older binary may have written a newer
+    /// note since, and left a boot time that is not that note's.
+    pub(crate) fn encode(&self) -> ([u8; 16], Option<[u8; 40]>) {
+        let mut note = [0; 16];
+        note[..8].copy_from_slice(&self.log_time_ms.to_be_bytes());
+        note[8..].copy_from_slice(&self.wall_ms.to_be_bytes());
+        let boot = self.boot.map(|boot| {
+            let mut with_boot = [0; 40];
+            with_boot[..16].copy_from_slice(&note);
+            with_boot[16..32].copy_from_slice(&boot.boot_id);
+            with_boot[32..].copy_from_slice(&boot.ms.to_be_bytes());
+            with_boot
+        });
+        (note, boot)
     }
 
-    /// None for any other length. A 16-byte note (written before boot
-    /// clocks were noted) has no boot time.
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
-        let u64_at = |at: usize| Some(u64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
-        let boot = match bytes.len() {
-            16 => None,
-            40 => Some(BootTime { boot_id: bytes[16..32].try_into().ok()?, ms: u64_at(32)? }),
-            _ => return None,
+    /// The note from its two keys' values; an error for a length other
+    /// than 16 and 40.
+    pub(crate) fn decode(note: &[u8], boot: Option<&[u8]>) -> Result<Self, String> {
+        let note: [u8; 16] = note.try_into().map_err(|_| format!("{} bytes, not 16", note.len()))?;
+        let u64_at = |bytes: &[u8], at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let boot = match boot {
+            None => None,
+            Some(b) => {
+                let b: [u8; 40] = b.try_into().map_err(|_| format!("boot time of {} bytes, not 40", b.len()))?;
+                (b[..16] == note).then(|| BootTime { boot_id: b[16..32].try_into().expect("16 bytes"), ms: u64_at(&b, 32) })
+            }
         };
-        Some(Self { log_time_ms: u64_at(0)?, wall_ms: u64_at(8)?, boot })
+        Ok(Self { log_time_ms: u64_at(&note, 0), wall_ms: u64_at(&note, 8), boot })
     }
 }
 
@@ -61,10 +72,25 @@ mod tests {
             LogTimeNote { log_time_ms: 1, wall_ms: 2, boot: None },
             LogTimeNote { log_time_ms: u64::MAX, wall_ms: 0, boot: Some(boot) },
         ] {
-            assert_eq!(LogTimeNote::decode(&note.encode()), Some(note));
+            let (plain, with_boot) = note.encode();
+            assert_eq!(LogTimeNote::decode(&plain, with_boot.as_ref().map(|b| &b[..])), Ok(note));
         }
-        for len in [0, 8, 15, 17, 39, 41, 64] {
-            assert_eq!(LogTimeNote::decode(&vec![1; len]), None, "{len} bytes");
+        for len in [0, 8, 15, 17, 40] {
+            assert!(LogTimeNote::decode(&vec![1; len], None).is_err(), "{len} bytes");
         }
+        for len in [0, 16, 39, 41] {
+            assert!(LogTimeNote::decode(&[1; 16], Some(&vec![1; len])).is_err(), "boot time of {len} bytes");
+        }
+    }
+
+    /// A note an older binary wrote over a later one's keeps the later
+    /// one's boot time from counting.
+    #[test]
+    fn a_boot_time_of_another_note_does_not_count() {
+        let old = LogTimeNote { log_time_ms: 10, wall_ms: 20, boot: Some(BootTime { boot_id: [3; 16], ms: 5 }) };
+        let (_, with_boot) = old.encode();
+        let (newer, _) = LogTimeNote { log_time_ms: 11, wall_ms: 21, boot: None }.encode();
+        let read = LogTimeNote::decode(&newer, with_boot.as_ref().map(|b| &b[..])).unwrap();
+        assert_eq!(read, LogTimeNote { log_time_ms: 11, wall_ms: 21, boot: None });
     }
 }

@@ -26,6 +26,8 @@ pub(crate) const KEY_APPLIED: &[u8] = b"applied";
 pub(crate) const KEY_CLUSTER_ID: &[u8] = b"cluster_id";
 pub(crate) const KEY_REMOVED: &[u8] = b"removed_members";
 pub(crate) const KEY_LOG_TIME_NOTE: &[u8] = b"log_time_note";
+/// The note's boot time, apart (see `LogTimeNote::encode`).
+pub(crate) const KEY_LOG_TIME_BOOT: &[u8] = b"log_time_boot";
 
 /// How to open the store.
 #[derive(Clone, Debug)]
@@ -214,13 +216,16 @@ impl Storage {
     /// Notes log time against this node's clocks: after a restart, the
     /// time since is measured by the boot clock if the machine has not
     /// rebooted, else by the wall clock. Node-local (not in snapshots),
-    /// not synced: an older note gives the same estimate.
+    /// not synced: a crash may leave the note before it, which counts
+    /// only stamps the log held then (the caller's concern: notes of a
+    /// new term go with its entries, `append_noted`, and of a rewind
+    /// synced, `replace_log_time_note`), so it lags, never leads.
     pub fn note_log_time(&self, note: &LogTimeNote) -> Result<(), StorageError> {
-        self.spend_write()?;
+        let mut batch = WriteBatch::default();
+        self.put_log_time_note(&mut batch, Some(note));
         let mut opts = WriteOptions::default();
         opts.set_sync(false);
-        self.db.put_cf_opt(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note.encode(), &opts)?;
-        Ok(())
+        self.write(batch, &opts)
     }
 
     /// Replaces the log-time note (`None`: removes it), synced like the
@@ -230,19 +235,34 @@ impl Storage {
     /// their time back after the restart.
     pub fn replace_log_time_note(&self, note: Option<&LogTimeNote>) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
-        match note {
-            Some(note) => batch.put_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE, note.encode()),
-            None => batch.delete_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE),
-        }
+        self.put_log_time_note(&mut batch, note);
         self.write(batch, &self.sync_opts())
+    }
+
+    /// Adds `note` (`None`: its removal) to `batch`, under both its keys.
+    pub(crate) fn put_log_time_note(&self, batch: &mut WriteBatch, note: Option<&LogTimeNote>) {
+        let raft = self.cf(CF_RAFT);
+        let (plain, with_boot) = match note.map(LogTimeNote::encode) {
+            Some((plain, with_boot)) => (Some(plain), with_boot),
+            None => (None, None),
+        };
+        match plain {
+            Some(plain) => batch.put_cf(raft, KEY_LOG_TIME_NOTE, plain),
+            None => batch.delete_cf(raft, KEY_LOG_TIME_NOTE),
+        }
+        match with_boot {
+            Some(with_boot) => batch.put_cf(raft, KEY_LOG_TIME_BOOT, with_boot),
+            None => batch.delete_cf(raft, KEY_LOG_TIME_BOOT),
+        }
     }
 
     /// The last note of log time ([`note_log_time`](Self::note_log_time)).
     pub fn log_time_note(&self) -> Result<Option<LogTimeNote>, StorageError> {
-        let Some(v) = self.db.get_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE)? else { return Ok(None) };
-        LogTimeNote::decode(&v)
+        let Some(note) = self.db.get_cf(self.cf(CF_RAFT), KEY_LOG_TIME_NOTE)? else { return Ok(None) };
+        let boot = self.db.get_cf(self.cf(CF_RAFT), KEY_LOG_TIME_BOOT)?;
+        LogTimeNote::decode(&note, boot.as_deref())
             .map(Some)
-            .ok_or_else(|| StorageError::Corrupt { what: "log time note", key: None, detail: format!("{} bytes, not 16 or 40", v.len()) })
+            .map_err(|detail| StorageError::Corrupt { what: "log time note", key: None, detail })
     }
 
     pub(crate) fn sync_opts(&self) -> WriteOptions {
