@@ -984,7 +984,7 @@ impl<T: Transport> RaftLoop<T> {
             }
             // Entries, a term or a vote: written off this thread.
             let stamped = crate::timers::last_stamp(&rd.entries);
-            let note = self.stamp_clock.note_for_append(stamped, self.now, self.wall_ms);
+            let note = self.stamp_clock.handing(stamped, self.now, self.wall_ms);
             let noted_wall = note.map(|n| n.wall_ms);
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;

@@ -48,20 +48,25 @@ struct Anchor {
 /// The Raft loop's log clock.
 #[derive(Debug)]
 pub(crate) struct StampClock {
-    /// The highest stamp seen in the log. Stamps this node makes count
-    /// once they are written to its log: one made in a term whose entry
-    /// never got there (a proposal dropped as its leader stepped down)
-    /// is no log time, and counted on, it would let this node's next
-    /// term start ahead of its predecessor's log time by more than
+    /// The highest stamp given to the log (handed to the log writer, if
+    /// not durable yet): no stamp this node makes is below it, so stamps
+    /// never go back in log order. Stamps this node makes count once they
+    /// are given to its log: one made in a term whose entry never got
+    /// there (a proposal dropped as its leader stepped down) is no log
+    /// time, and counted on, it would let this node's next term start
+    /// ahead of its predecessor's log time by more than
     /// [`MAX_CLOCK_STEP_MS`].
     last_ms: u64,
+    /// The highest stamp durable in the log: what estimates, notes and
+    /// anchors count from (see [`StampClock::written`]).
+    durable_ms: u64,
     /// Log time as this node knows it: `ms` at `at`, the last stamp it saw
     /// in its log (after a restart, first the estimate from its note).
     /// None until then.
     known: Option<(u64, Instant)>,
     /// The term of the entry whose stamp `known` counts from (0: none, or
     /// unknown: a note's, a rewind's). Each leader's stamps run on its own
-    /// clock, which may lag the one before it: see [`StampClock::observe`].
+    /// clock, which may lag the one before it: see [`StampClock::handing`].
     known_term: u64,
     anchor: Option<Anchor>,
     /// The note of log time left before a restart, until the first turn
@@ -85,7 +90,7 @@ impl StampClock {
     /// the note the node left before it restarted and the clock that
     /// measures the time since.
     pub fn new(last_ms: u64, note: Option<LogTimeNote>, boot: BootClock) -> Self {
-        Self { last_ms, known: None, known_term: 0, anchor: None, note, noted_at: None, boot }
+        Self { last_ms, durable_ms: last_ms, known: None, known_term: 0, anchor: None, note, noted_at: None, boot }
     }
 
     /// A simulated node's boot clock: its notes are read after a restart
@@ -103,7 +108,7 @@ impl StampClock {
     /// Log time by this node's monotonic clock, if it knows it.
     fn estimate(&self, now: Instant) -> Option<u64> {
         let (ms, at) = self.known?;
-        Some(self.last_ms.max(ms.saturating_add(now.saturating_duration_since(at).as_millis() as u64)))
+        Some(self.durable_ms.max(ms.saturating_add(now.saturating_duration_since(at).as_millis() as u64)))
     }
 
     /// Reads the note left before a restart, once: the time since the note
@@ -117,7 +122,7 @@ impl StampClock {
                     (Some(then), Some(boot)) if then.boot_id == boot.boot_id => boot.ms.saturating_sub(then.ms),
                     _ => wall_ms.saturating_sub(note.wall_ms),
                 };
-                let ms = self.last_ms.max(note.log_time_ms.saturating_add(since));
+                let ms = self.durable_ms.max(note.log_time_ms.saturating_add(since));
                 self.known = Some((ms, now));
                 self.known_term = 0;
             }
@@ -154,18 +159,23 @@ impl StampClock {
         self.last_ms
     }
 
-    /// The note to write in the same batch as entries whose last stamp is
-    /// `stamped` (stamp, term), handed to the log writer at `now`: one with
-    /// the first stamp of another term. A new leader's clock may run
+    /// Entries whose last stamp is `stamped` (stamp, term) go to the log
+    /// writer at `now`; the note to write in the same batch, if any: one
+    /// with the first stamp of another term. A new leader's clock may run
     /// behind the one this node counted from (it anchored from a lagging
     /// estimate), and a note extrapolated from the old clock, read after a
     /// restart, would put this node ahead of log time by the difference
     /// (seed 1000349: 42 ms past the step a new leader may take). Written
     /// apart from the entries, a crash between the two writes would leave
     /// the old note with the new entries.
-    pub fn note_for_append(&self, stamped: Option<(u64, u64)>, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
+    /// The stamp becomes the floor of this node's own stamps at once.
+    pub fn handing(&mut self, stamped: Option<(u64, u64)>, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
         let (stamp, term) = stamped?;
-        (stamp >= self.last_ms && term != self.known_term).then(|| self.note_of(stamp, now, wall_ms))
+        if stamp < self.last_ms {
+            return None;
+        }
+        self.last_ms = stamp;
+        (term != self.known_term).then(|| self.note_of(stamp, now, wall_ms))
     }
 
     /// Entries whose last stamp is `stamped` (stamp, term), handed to the
@@ -179,10 +189,10 @@ impl StampClock {
         if let Some(wall_ms) = noted_wall {
             self.noted_at = Some((seen, wall_ms));
         }
-        if stamp < self.last_ms {
+        if stamp < self.durable_ms {
             return;
         }
-        self.last_ms = stamp;
+        self.durable_ms = stamp;
         self.known = Some((stamp, seen));
         self.known_term = term;
     }
@@ -202,7 +212,10 @@ impl StampClock {
     /// `wall_ms` is the wall clock now.
     #[must_use = "the note on disk must be replaced before the entries leave the log"]
     pub fn rewind(&mut self, stamp: u64, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
+        // (No write is in flight: the loop hands the next only once the
+        // last is durable, and rewinds as it hands one.)
         self.last_ms = stamp;
+        self.durable_ms = stamp;
         self.known = (stamp > 0).then_some((stamp, now));
         self.known_term = 0;
         self.anchor = None;
@@ -514,7 +527,7 @@ mod tests {
         /// the note that goes with them.
         fn observe(&mut self, entries: &[Entry], now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
             let stamped = last_stamp(entries)?;
-            let note = self.note_for_append(Some(stamped), now, wall_ms);
+            let note = self.handing(Some(stamped), now, wall_ms);
             self.written(stamped, now, note.map(|n| n.wall_ms));
             note
         }
@@ -568,11 +581,16 @@ mod tests {
         let t1 = t0 + Duration::from_secs(1);
         let stamp = c.stamp(5, t1, 99_000);
         assert_eq!(stamp, 51_000 + MAX_CLOCK_STEP_MS);
-        assert_eq!(pair(c.note_for_append(Some((stamp, 5)), t1, 99_000)), Some((stamp, 99_000)));
+        assert_eq!(pair(c.handing(Some((stamp, 5)), t1, 99_000)), Some((stamp, 99_000)));
+        // Its stamps in the term go on from there, whatever is durable.
+        assert_eq!(c.stamp(5, t1, 0), stamp);
         // In flight, the estimate is still the durable log's.
         let t2 = t1 + Duration::from_secs(1);
         assert_eq!(pair(c.note_due(t2, 100_000)), Some((52_000, 100_000)));
+        // A later term starts one step past the durable log, and never
+        // below a stamp given to the log before it.
         assert_eq!(c.stamp(6, t2, 100_000), 52_000 + MAX_CLOCK_STEP_MS, "one step past the durable log");
+        assert_eq!(c.stamp(7, t1, 0), stamp, "not below the stamp in flight");
         // Written, it counts.
         c.written((stamp, 5), t1, None);
         assert_eq!(c.last_ms(), stamp);

@@ -45,19 +45,28 @@ impl LogTimeNote {
         (note, boot)
     }
 
-    /// The note from its two keys' values; an error for a length other
-    /// than 16 and 40.
+    /// The note from its two keys' values: an error for a note of a
+    /// length other than 16 (or 40, with its boot time in the same key, as
+    /// the first builds with boot clocks wrote it). A boot time of another
+    /// length is left out, with a warning: the wall clock measures then.
     pub(crate) fn decode(note: &[u8], boot: Option<&[u8]>) -> Result<Self, String> {
-        let note: [u8; 16] = note.try_into().map_err(|_| format!("{} bytes, not 16", note.len()))?;
         let u64_at = |bytes: &[u8], at: usize| u64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        let boot = match boot {
-            None => None,
-            Some(b) => {
-                let b: [u8; 40] = b.try_into().map_err(|_| format!("boot time of {} bytes, not 40", b.len()))?;
-                (b[..16] == note).then(|| BootTime { boot_id: b[16..32].try_into().expect("16 bytes"), ms: u64_at(&b, 32) })
+        let boot_time = |b: &[u8]| BootTime { boot_id: b[16..32].try_into().expect("16 bytes"), ms: u64_at(b, 32) };
+        let (note, boot) = match note.len() {
+            16 => {
+                let boot = boot.and_then(|b| {
+                    if b.len() != 40 {
+                        tracing::warn!(bytes = b.len(), "a log-time note's boot time is not 40 bytes: left out");
+                        return None;
+                    }
+                    (b[..16] == *note).then(|| boot_time(b))
+                });
+                (note, boot)
             }
+            40 => (&note[..16], Some(boot_time(note))),
+            n => return Err(format!("{n} bytes, not 16")),
         };
-        Ok(Self { log_time_ms: u64_at(&note, 0), wall_ms: u64_at(&note, 8), boot })
+        Ok(Self { log_time_ms: u64_at(note, 0), wall_ms: u64_at(note, 8), boot })
     }
 }
 
@@ -75,12 +84,19 @@ mod tests {
             let (plain, with_boot) = note.encode();
             assert_eq!(LogTimeNote::decode(&plain, with_boot.as_ref().map(|b| &b[..])), Ok(note));
         }
-        for len in [0, 8, 15, 17, 40] {
+        for len in [0, 8, 15, 17, 39, 41] {
             assert!(LogTimeNote::decode(&vec![1; len], None).is_err(), "{len} bytes");
         }
+        // A boot time of another length is left out.
         for len in [0, 16, 39, 41] {
-            assert!(LogTimeNote::decode(&[1; 16], Some(&vec![1; len])).is_err(), "boot time of {len} bytes");
+            let read = LogTimeNote::decode(&[1; 16], Some(&vec![1; len])).unwrap();
+            assert_eq!(read.boot, None, "boot time of {len} bytes");
         }
+        // The first builds with boot clocks kept it in the note's key.
+        let note = LogTimeNote { log_time_ms: 3, wall_ms: 4, boot: Some(boot) };
+        let (plain, with_boot) = note.encode();
+        assert_eq!(with_boot.unwrap()[..16], plain);
+        assert_eq!(LogTimeNote::decode(&with_boot.unwrap(), None), Ok(note));
     }
 
     /// A note an older binary wrote over a later one's keeps the later
