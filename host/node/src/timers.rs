@@ -168,7 +168,8 @@ impl StampClock {
     /// (seed 1000349: 42 ms past the step a new leader may take). Written
     /// apart from the entries, a crash between the two writes would leave
     /// the old note with the new entries.
-    /// The stamp becomes the floor of this node's own stamps at once.
+    ///
+    /// The stamp is the floor of this node's own stamps from now on.
     pub fn handing(&mut self, stamped: Option<(u64, u64)>, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
         let (stamp, term) = stamped?;
         if stamp < self.last_ms {
