@@ -326,7 +326,13 @@ impl ApplyWorker {
         let plugin = self.snapshot_plugin(&data)?;
         {
             let mut queries = self.queries.write();
-            self.storage.install_snapshot(data).map_err(|e| format!("installing a snapshot: {e}"))?;
+            if let Err(e) = self.storage.install_snapshot(data) {
+                // Fatal before the lock goes: a query waiting on it would
+                // read the half-installed state (see `Node::query_applied`).
+                let cause = format!("installing a snapshot: {e}");
+                self.status.lock().set_fatal(cause.clone());
+                return Err(cause);
+            }
             if let Some((state_machine, new_queries, info, deployed_at)) = plugin {
                 *queries = new_queries;
                 self.state_machine = state_machine;

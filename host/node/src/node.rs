@@ -675,6 +675,11 @@ impl Node {
         // long query never holds up the apply thread.
         let (queries, view) = {
             let queries = self.inner.queries.read();
+            // A snapshot install that failed half-way left the state between
+            // two versions; it makes the node fatal before the lock goes.
+            if let Some(cause) = &self.inner.status.lock().fatal {
+                return Err(Error::Fatal(cause.clone()));
+            }
             let view: Arc<dyn StateView> =
                 Arc::new(StorageView(self.inner.storage.consistent_reader()));
             (queries.clone(), view)

@@ -203,6 +203,9 @@ impl Clients {
                                 done = Some(None);
                             }
                         },
+                        // A node that failed answers an error, as `Node::query`
+                        // does: the read failed, and tells nothing.
+                        Err(crate::Error::Fatal(_)) => done = Some(None),
                         Err(e) => {
                             self.outcomes.violation.get_or_insert(format!("a query failed: {e}"));
                             done = Some(None);

@@ -308,7 +308,13 @@ impl Leases {
     /// Looks up node `id`'s lease keys at its applied index, if that moved:
     /// a key seen at `p` and gone at `a` was revoked in `(p, a]`.
     pub fn observe(&mut self, now: u64, id: u64, node: &Node) {
-        let applied = node.status().applied;
+        let status = node.status();
+        // A node that failed answers no one (its state may be half an
+        // install: see `Node::query_applied`).
+        if status.fatal.is_some() {
+            return;
+        }
+        let applied = status.applied;
         if self.looked_at.insert(id, applied) == Some(applied) {
             return;
         }

@@ -179,6 +179,9 @@ struct Slot {
     wall_offset_ms: i64,
     /// When its wall clock last stepped forward.
     stepped_forward_at: Option<u64>,
+    /// When a crash point was set on its store, until it restarts: its
+    /// notes may be refused from then on.
+    crash_point_at: Option<u64>,
     /// Its machine rebooted and the node has taken no turn since, so it
     /// has not read its note of log time yet.
     booted_unread: bool,
@@ -188,11 +191,12 @@ struct Slot {
 }
 
 /// How long after a forward step of its wall clock a node's machine does
-/// not reboot: after a reboot, a restarted node measures its downtime by
-/// the wall clock, so a step it had no time to note (one turn after the
-/// step, after a pause of up to 420 ms), or one after the reboot before it
-/// read its note, would count as downtime: the one case
-/// docs/design/006-timers-and-leases.md accepts.
+/// not reboot (counted to when its store could first refuse a note: a
+/// crash point set, or its restart): after a reboot, a restarted node
+/// measures its downtime by the wall clock, so a step it had no time to
+/// note (one turn after the step, after a pause of up to 420 ms), or one
+/// after the reboot before it read its note, would count as downtime: the
+/// one case docs/design/006-timers-and-leases.md accepts.
 const NO_REBOOT_AFTER_STEP_MS: u64 = 2_000;
 
 struct HoldersStopped {
@@ -265,7 +269,7 @@ impl World {
             let live = Live::start(config.clone(), outbox.clone(), boot, base)?;
             // Wall clocks up to 300 ms apart.
             let wall_offset_ms = rng.below(601) as i64 - 300;
-            let slot = Slot { config, live: Some(live), down_until: 0, wall_offset_ms, stepped_forward_at: None, booted_unread: false, boot, restarts: 0 };
+            let slot = Slot { config, live: Some(live), down_until: 0, wall_offset_ms, stepped_forward_at: None, crash_point_at: None, booted_unread: false, boot, restarts: 0 };
             slots.insert(id, slot);
         }
         Ok(World {
@@ -397,6 +401,7 @@ impl World {
                         if let Some(live) = &slot.live {
                             live.node.storage().crash_after_writes(writes);
                         }
+                        slot.crash_point_at.get_or_insert(self.now);
                         self.stats.crash_points_set += 1;
                         trace!(self, "node {id} crashes after {writes} more writes");
                     }
@@ -483,8 +488,11 @@ impl World {
                 // Every second restart, the machine rebooted too, unless its
                 // wall clock stepped forward shortly before or since.
                 slot.restarts += 1;
+                // The step must have been noted before the store could
+                // refuse notes.
+                let notes_refused_from = slot.crash_point_at.take().unwrap_or(self.now);
                 let reboot = slot.restarts % 2 == 0
-                    && slot.stepped_forward_at.is_none_or(|at| self.now >= at + NO_REBOOT_AFTER_STEP_MS);
+                    && slot.stepped_forward_at.is_none_or(|at| at + NO_REBOOT_AFTER_STEP_MS <= notes_refused_from);
                 if reboot && let BootClock::Simulated { mut boot_id, .. } = slot.boot {
                     boot_id[1] = boot_id[1].wrapping_add(1);
                     slot.boot = BootClock::Simulated { boot_id, zero: now };
