@@ -49,20 +49,17 @@ impl BootClock {
     pub fn read(&self, now: Instant, round: Round) -> Option<BootTime> {
         match *self {
             BootClock::Machine { boot_id } => {
-                let ns = match round {
+                let late = || nanos(Instant::now().saturating_duration_since(now));
+                let ms = match round {
                     // The advance measured first, so no more than the real one.
                     Round::Up => {
-                        let late = nanos(Instant::now().saturating_duration_since(now));
-                        boot_ns()?.saturating_sub(late)
+                        let late = late();
+                        boot_ns()?.saturating_sub(late).div_ceil(1_000_000)
                     }
                     Round::Down => {
                         let boot = boot_ns()?;
-                        boot.saturating_sub(nanos(Instant::now().saturating_duration_since(now)))
+                        boot.saturating_sub(late()) / 1_000_000
                     }
-                };
-                let ms = match round {
-                    Round::Up => ns.div_ceil(1_000_000),
-                    Round::Down => ns / 1_000_000,
                 };
                 Some(BootTime { boot_id, ms })
             }

@@ -575,7 +575,7 @@ impl<T: Transport> RaftLoop<T> {
         // on the log writer's thread and this one, and this one, from the
         // clock before the write, may land last.
         let note_in_flight = self.in_flight.as_ref().is_some_and(|w| w.noted_wall.is_some());
-        if let Some(note) = (!note_in_flight).then(|| self.stamp_clock.note_due(now, wall_ms)).flatten() {
+        if !note_in_flight && let Some(note) = self.stamp_clock.note_due(now, wall_ms) {
             // A lost note leaves an older one, which may be further from
             // log time than a new one would be: due again.
             if let Err(e) = self.storage.note_log_time(&note) {
