@@ -167,18 +167,21 @@ impl Storage {
         let snapshot = unsafe {
             std::mem::transmute::<SnapshotWithThreadMode<'_, DB>, SnapshotWithThreadMode<'static, DB>>(snapshot)
         };
-        StateReader { snapshot: Some(snapshot), db: self.db.clone() }
+        StateReader::new(Some(snapshot), self.db.clone())
     }
 
     /// A reader for the apply thread itself, the only writer: it reads the
     /// live keyspace.
     pub fn apply_reader(&self) -> StateReader {
-        StateReader { snapshot: None, db: self.db.clone() }
+        StateReader::new(None, self.db.clone())
     }
 }
 
 /// Reads the plugin keyspace.
 pub struct StateReader {
+    /// The options of every point read, made once (a put reads its key
+    /// first). They point at `snapshot`, and are released before it.
+    point_read: rocksdb::ReadOptions,
     /// Declared before `db`, so released before it.
     snapshot: Option<SnapshotWithThreadMode<'static, DB>>,
     pub(crate) db: Arc<crate::rocks::Db>,
@@ -191,6 +194,14 @@ impl std::fmt::Debug for StateReader {
 }
 
 impl StateReader {
+    fn new(snapshot: Option<SnapshotWithThreadMode<'static, DB>>, db: Arc<crate::rocks::Db>) -> Self {
+        let mut point_read = rocksdb::ReadOptions::default();
+        if let Some(s) = &snapshot {
+            point_read.set_snapshot(s);
+        }
+        Self { point_read, snapshot, db }
+    }
+
     fn cf(&self) -> &rocksdb::ColumnFamily {
         self.db.cf_handle(CF_STATE).expect("column family created at open")
     }
@@ -205,7 +216,7 @@ impl StateReader {
 
     /// The value under `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        Ok(self.db.get_cf_opt(self.cf(), key, &self.read_options())?)
+        Ok(self.db.get_cf_opt(self.cf(), key, &self.point_read)?)
     }
 
     /// Visits pairs with `start <= key < end` (`None`: unbounded) in key
