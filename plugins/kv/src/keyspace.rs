@@ -207,8 +207,48 @@ pub(crate) fn get(key: &[u8]) -> Option<KeyValue> {
 
 /// The current version of `key`, with its record as stored: the key-value
 /// encoded without its key (see [`with_key`]).
+#[cfg(test)]
 pub(crate) fn get_stored(key: &[u8]) -> Option<(KeyValue, Vec<u8>)> {
     store::get(&current_key(key)).map(|bytes| (decode(key.to_vec(), &bytes), bytes))
+}
+
+/// The record of `key`'s current version as stored (see [`with_key`]).
+pub(crate) fn get_record(key: &[u8]) -> Option<Vec<u8>> {
+    store::get(&current_key(key))
+}
+
+/// The fields of a stored record a put carries over, read without copying
+/// its value out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Versions {
+    pub create_revision: i64,
+    pub version: i64,
+    pub lease: i64,
+}
+
+impl Versions {
+    /// `record`'s fields, as decoding the whole key-value gives them.
+    pub fn of(record: &[u8]) -> Versions {
+        use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+        let mut v = Versions::default();
+        let mut buf = record;
+        // The store holds only what this plugin wrote (see `decode`).
+        let corrupt = |e: prost::DecodeError| -> ! { panic!("corrupt key-value record in the store: {e}") };
+        while !buf.is_empty() {
+            let (tag, wire_type) = decode_key(&mut buf).unwrap_or_else(|e| corrupt(e));
+            let field = match (tag, wire_type) {
+                (2, WireType::Varint) => &mut v.create_revision,
+                (4, WireType::Varint) => &mut v.version,
+                (6, WireType::Varint) => &mut v.lease,
+                _ => {
+                    skip_field(wire_type, tag, &mut buf, DecodeContext::default()).unwrap_or_else(|e| corrupt(e));
+                    continue;
+                }
+            };
+            *field = decode_varint(&mut buf).unwrap_or_else(|e| corrupt(e)) as i64;
+        }
+        v
+    }
 }
 
 /// The encoding of a key-value whose record as stored is `stored`, with
@@ -233,19 +273,40 @@ pub(crate) fn with_key_len(key: &[u8], stored: &[u8]) -> usize {
     key_field + stored.len()
 }
 
-/// Stores `kv` as the current version of its key, stamped with this
+/// Stores `value` as the current version of `key`, stamped with this
 /// entry's revision, and keeps it in the key's history; returns the record
-/// stored. (`kv` is lent only to be encoded without its key, which the
-/// store key holds.)
-pub(crate) fn put(kv: &mut KeyValue, rev: &mut Revision) -> Vec<u8> {
-    let revision = rev.log(&kv.key);
-    debug_assert_eq!(revision, kv.mod_revision);
-    let key = std::mem::take(&mut kv.key);
-    let stored = kv.encode_to_vec();
-    kv.key = key;
-    store::put(&current_key(&kv.key), &stored);
-    store::put(&history_key(&kv.key, revision), &stored);
+/// stored: byte for byte prost's encoding of the key-value without its key
+/// ([`record`]).
+pub(crate) fn put(key: &[u8], versions: Versions, value: &[u8], rev: &mut Revision) -> Vec<u8> {
+    let revision = rev.log(key);
+    let stored = record(versions, revision, value);
+    store::put(&current_key(key), &stored);
+    store::put(&history_key(key, revision), &stored);
     stored
+}
+
+/// The encoding of `KeyValue { create_revision, mod_revision, version,
+/// value, lease }` (no key), written from borrowed parts: the value is not
+/// copied into a message first. prost writes fields in tag order and leaves
+/// zeros and empty bytes out; so does this
+/// (`tests::records_encode_as_prost_encodes_the_key_value`).
+pub(crate) fn record(versions: Versions, mod_revision: i64, value: &[u8]) -> Vec<u8> {
+    use prost::encoding::{WireType, encode_key, encode_varint, int64};
+    let mut out = Vec::with_capacity(value.len() + 40);
+    for (tag, n) in [(2, versions.create_revision), (3, mod_revision), (4, versions.version)] {
+        if n != 0 {
+            int64::encode(tag, &n, &mut out);
+        }
+    }
+    if !value.is_empty() {
+        encode_key(5, WireType::LengthDelimited, &mut out);
+        encode_varint(value.len() as u64, &mut out);
+        out.extend_from_slice(value);
+    }
+    if versions.lease != 0 {
+        int64::encode(6, &versions.lease, &mut out);
+    }
+    out
 }
 
 /// Deletes `key` at this entry's revision, leaving a deletion in its history.
@@ -316,7 +377,7 @@ pub(crate) fn decode_version(key: Vec<u8>, bytes: &[u8]) -> Option<KeyValue> {
     (!bytes.is_empty()).then(|| decode(key, bytes))
 }
 
-fn decode(key: Vec<u8>, bytes: &[u8]) -> KeyValue {
+pub(crate) fn decode(key: Vec<u8>, bytes: &[u8]) -> KeyValue {
     // The store holds only what this plugin wrote; a record that does not
     // decode means the keyspace is corrupt, which must not pass silently.
     let mut kv = KeyValue::decode(bytes).expect("corrupt key-value record in the store");
@@ -338,6 +399,27 @@ mod tests {
             assert_eq!(parse_history_key(&history_key(key, 42)), Some((key.to_vec(), 42)));
         }
         assert_eq!(parse_history_key(b"\x03a\x00\x02\0\0\0\0\0\0\0\x01"), None);
+    }
+
+    #[test]
+    fn records_encode_as_prost_encodes_the_key_value() {
+        let values: [&[u8]; 3] = [b"", b"v", &[7; 300]];
+        for value in values {
+            for (create, modr, version, lease) in [(0, 0, 0, 0), (5, 9, 3, 0), (1, 1, 1, 77), (i64::MAX, -1, 0, -5)] {
+                let versions = Versions { create_revision: create, version, lease };
+                let kv = KeyValue {
+                    key: Vec::new(),
+                    create_revision: create,
+                    mod_revision: modr,
+                    version,
+                    value: value.to_vec(),
+                    lease,
+                };
+                let stored = record(versions, modr, value);
+                assert_eq!(stored, kv.encode_to_vec(), "{kv:?}");
+                assert_eq!(Versions::of(&stored), versions);
+            }
+        }
     }
 
     #[test]

@@ -218,30 +218,32 @@ pub(crate) fn put(r: &PutRequest, rev: &mut Revision) -> Result<PutResponse, KvE
     check_put(r)?;
     // etcd's Put looks the lease up before the key.
     crate::leases::check_attach(r.lease, &r.key)?;
-    let (prev, prev_record) = keyspace::get_stored(&r.key).unzip();
+    // The previous version is decoded whole only when its value is needed.
+    let prev_record = keyspace::get_record(&r.key);
+    let prev = prev_record.as_deref().map(keyspace::Versions::of);
     if (r.ignore_value || r.ignore_lease) && prev.is_none() {
         return Err(KvError::Rejected(ERR_KEY_NOT_FOUND));
     }
-    let value = match (&prev, r.ignore_value) {
-        (Some(p), true) => p.value.clone(),
-        _ => r.value.clone(),
+    let prev_kv = match &prev_record {
+        Some(record) if r.prev_kv || r.ignore_value => Some(keyspace::decode(r.key.clone(), record)),
+        _ => None,
     };
-    let old_lease = prev.as_ref().map_or(0, |p| p.lease);
+    let value = match (&prev_kv, r.ignore_value) {
+        (Some(p), true) => &p.value,
+        _ => &r.value,
+    };
+    let old_lease = prev.map_or(0, |p| p.lease);
     let lease = if r.ignore_lease { old_lease } else { r.lease };
     let revision = rev.write();
-    let mut kv = KeyValue {
-        key: r.key.clone(),
-        create_revision: prev.as_ref().map_or(revision, |p| p.create_revision),
-        mod_revision: revision,
-        version: prev.as_ref().map_or(1, |p| p.version + 1),
-        value,
+    let versions = keyspace::Versions {
+        create_revision: prev.map_or(revision, |p| p.create_revision),
+        version: prev.map_or(1, |p| p.version + 1),
         lease,
     };
-    let record = keyspace::put(&mut kv, rev);
+    let record = keyspace::put(&r.key, versions, value, rev);
     crate::leases::reattach(&r.key, old_lease, lease);
-    emit_put(&kv.key, &record, prev_record.as_deref());
-    let prev_kv = if r.prev_kv { prev } else { None };
-    Ok(PutResponse { header: header(rev), prev_kv })
+    emit_put(&r.key, &record, prev_record.as_deref());
+    Ok(PutResponse { header: header(rev), prev_kv: prev_kv.filter(|_| r.prev_kv) })
 }
 
 pub(crate) fn delete_range(
