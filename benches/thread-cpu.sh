@@ -20,9 +20,23 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/wasmraft}
 TOOL=${WASMRAFT_ETCD_BENCHMARK:-benchmark}
 CONNS=${CONNS:-1} CLIENTS=${CLIENTS:-1} TOTAL=${TOTAL:-3000}
+ep=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381
+if "$BIN" status --endpoints $ep >/dev/null 2>&1; then
+  echo "thread-cpu: another cluster answers on ports 7379-7381" >&2
+  exit 1
+fi
 out=$(mktemp -d /tmp/wasmraft-thread-cpu.XXXXXX)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$out"; }
+cleanup() {
+  local rc=$?
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  if [ "$rc" -ne 0 ]; then
+    echo "thread-cpu: failed; the nodes' logs and the tool's output are in $out" >&2
+  else
+    rm -rf "$out"
+  fi
+}
 trap cleanup EXIT
 for i in 1 2 3; do
   printf 'id = %s\ndata_dir = "%s/node-%s"\nlisten = "127.0.0.1:%s"\nmetrics_listen = "127.0.0.1:%s"\n[peers]\n1 = "127.0.0.1:7479"\n2 = "127.0.0.1:7480"\n3 = "127.0.0.1:7481"\n' \
@@ -30,27 +44,27 @@ for i in 1 2 3; do
   "$BIN" --log-level warn run --config "$out/node$i.toml" 2> "$out/node$i.log" &
   pids+=($!)
 done
-ep=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381
-if "$BIN" status --endpoints $ep >/dev/null 2>&1 && ! kill -0 "${pids[@]}" 2>/dev/null; then
-  echo "thread-cpu: another cluster holds ports 7379-7381" >&2; exit 1
-fi
 for _ in $(seq 100); do "$BIN" status --endpoints $ep 2>/dev/null | grep -q 'leader:   [0-9]' && break; sleep 0.1; done
 leader=$("$BIN" status --endpoints $ep | awk '/leader:/ {print $2}')
 for _ in $(seq 50); do curl -sf "127.0.0.1:$((9100 + leader))/metrics" >/dev/null && break; sleep 0.1; done
 
-# Per member, per thread kind: CPU ticks and context switches.
+# One line per member (its process: threads that ended count too) and per
+# thread: member, kind, thread id, CPU ticks, context switches.
 snapshot() {
   local i=0
   for p in "${pids[@]}"; do
     i=$((i + 1))
+    local pstat
+    pstat=$(cat "/proc/$p/stat")
+    echo "$i process 0 $(echo "${pstat##*)}" | awk '{print $12 + $13}') 0"
     for t in /proc/"$p"/task/*; do
       local name kind stat
-      name=$(cat "$t/comm") stat=$(cat "$t/stat")
+      name=$(cat "$t/comm" 2>/dev/null) && stat=$(cat "$t/stat" 2>/dev/null) || continue
       case $name in tokio-rt-worker) kind=tokio ;; raft-*) kind=raft ;; log-writer*) kind=log-writer ;;
         apply*) kind=apply ;; *) kind=other ;; esac
       # utime and stime: fields 14 and 15, counted after the ")" ending the name
-      echo "$i $kind $(echo "${stat##*)}" | awk '{print $12 + $13}') \
-$(awk '/^(voluntary|nonvoluntary)_ctxt/ {s += $2} END {print s}' "$t/status")"
+      echo "$i $kind ${t##*/} $(echo "${stat##*)}" | awk '{print $12 + $13}') \
+$(awk '/^(voluntary|nonvoluntary)_ctxt/ {s += $2} END {print s}' "$t/status" 2>/dev/null)"
     done
   done
 }
@@ -58,21 +72,24 @@ metrics() { curl -s "127.0.0.1:$((9100 + leader))/metrics"; }
 
 metrics > "$out/m0"; snapshot > "$out/s0"
 "$TOOL" --endpoints "127.0.0.1:$((7378 + leader))" --conns "$CONNS" --clients "$CLIENTS" \
-  put --total "$TOTAL" --key-size 8 --val-size 256 --key-space-size "$TOTAL" 2>&1 \
-  | grep -E 'Requests/sec|Average|50%|99%' | sed 's/^ */  /'
+  put --total "$TOTAL" --key-size 8 --val-size 256 --key-space-size "$TOTAL" > "$out/tool.txt" 2>&1
+grep -E 'Requests/sec|Average|50%|99%' "$out/tool.txt" | sed 's/^ */  /'
 metrics > "$out/m1"; snapshot > "$out/s1"
 
 echo "# CPU per request, us (leader: member $leader), and context switches per request"
 awk -v n="$TOTAL" -v hz="$(getconf CLK_TCK)" -v leader="$leader" '
-  FNR == NR { cpu0[$1, $2] += $3; cs0[$1] += $4; next }
-  { cpu1[$1, $2] += $3; cs1[$1] += $4; kinds[$2] = 1; members[$1] = 1 }
+  FNR == NR { cpu0[$1, $3] = $4; cs0[$1, $3] = $5; next }
+  $2 == "process" { total[$1] = $4 - cpu0[$1, 0]; next }
+  # A thread born during the run counts from zero; one that ended is in the
+  # process total only. "rest": those, and each thread'"'"'s rounding to ticks.
+  { cpu[$1, $2] += $4 - cpu0[$1, $3]; live[$1] += $4 - cpu0[$1, $3]; cs[$1] += $5 - cs0[$1, $3]; kinds[$2] = 1 }
   END {
+    us = 1e6 / hz / n
     for (m = 1; m <= 3; m++) {
       line = sprintf("member %d%s:", m, m == leader ? " (leader)" : "")
-      total = 0
-      for (k in kinds) { us = (cpu1[m, k] - cpu0[m, k]) / hz / n * 1e6; total += us; line = line sprintf(" %s %.0f", k, us) }
-      printf "%s; total %.0f; switches %.1f\n", line, total, (cs1[m] - cs0[m]) / n
-      all += total
+      for (k in kinds) line = line sprintf(" %s %.0f", k, cpu[m, k] * us)
+      printf "%s rest %.0f; total %.0f; switches %.1f\n", line, (total[m] - live[m]) * us, total[m] * us, cs[m] / n
+      all += total[m] * us
     }
     printf "all members: %.0f us of CPU per request\n", all
   }' "$out/s0" "$out/s1"

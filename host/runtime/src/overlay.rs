@@ -17,8 +17,9 @@ pub struct Write {
 
 type Pair = (Vec<u8>, Vec<u8>);
 
-/// Keys come from clients: a hash seeded per process, so that no one can
-/// choose keys that collide.
+/// Keys come from clients: each map's hash is seeded at random, so keys
+/// that collide cannot be chosen without its seed, which nothing shows
+/// (writes leave sorted). foldhash claims no more than that.
 type Hasher = foldhash::fast::RandomState;
 
 #[derive(Default)]
@@ -28,7 +29,7 @@ pub(crate) struct Overlay {
     /// allocations were most of the overlay's cost.
     map: HashMap<Vec<u8>, Option<Vec<u8>>, Hasher>,
     /// The keys of `map` in order, made by the first scan or count of the
-    /// batch and kept up to date from then on: batches of puts never sort.
+    /// batch and kept up to date from then on: batches of puts never make it.
     ordered: Option<BTreeSet<Vec<u8>>>,
     /// What each key of the current entry held in `map` before (outer `None`:
     /// absent from `map`), newest last.
@@ -91,7 +92,8 @@ impl Overlay {
 
     /// Takes back every write of the batch.
     pub fn clear(&mut self) {
-        self.map.clear();
+        // A new map: a large batch's capacity is not kept for the next.
+        self.map = HashMap::default();
         self.ordered = None;
         self.undo.clear();
         self.whole = false;
@@ -101,7 +103,8 @@ impl Overlay {
     pub fn take_writes(&mut self) -> Vec<Write> {
         debug_assert!(self.undo.is_empty(), "take_writes inside an entry");
         self.ordered = None;
-        let mut writes: Vec<Write> = self.map.drain().map(|(key, value)| Write { key, value }).collect();
+        let mut writes: Vec<Write> =
+            std::mem::take(&mut self.map).into_iter().map(|(key, value)| Write { key, value }).collect();
         writes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         writes
     }

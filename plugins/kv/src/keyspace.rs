@@ -233,19 +233,22 @@ impl Versions {
         let mut v = Versions::default();
         let mut buf = record;
         // The store holds only what this plugin wrote (see `decode`).
-        let corrupt = |e: prost::DecodeError| -> ! { panic!("corrupt key-value record in the store: {e}") };
+        let corrupt = |e: &dyn std::fmt::Display| -> ! { panic!("corrupt key-value record in the store: {e}") };
         while !buf.is_empty() {
-            let (tag, wire_type) = decode_key(&mut buf).unwrap_or_else(|e| corrupt(e));
-            let field = match (tag, wire_type) {
-                (2, WireType::Varint) => &mut v.create_revision,
-                (4, WireType::Varint) => &mut v.version,
-                (6, WireType::Varint) => &mut v.lease,
+            let (tag, wire_type) = decode_key(&mut buf).unwrap_or_else(|e| corrupt(&e));
+            let field = match tag {
+                2 => &mut v.create_revision,
+                4 => &mut v.version,
+                6 => &mut v.lease,
                 _ => {
-                    skip_field(wire_type, tag, &mut buf, DecodeContext::default()).unwrap_or_else(|e| corrupt(e));
+                    skip_field(wire_type, tag, &mut buf, DecodeContext::default()).unwrap_or_else(|e| corrupt(&e));
                     continue;
                 }
             };
-            *field = decode_varint(&mut buf).unwrap_or_else(|e| corrupt(e)) as i64;
+            if wire_type != WireType::Varint {
+                corrupt(&format_args!("field {tag} is not a varint"));
+            }
+            *field = decode_varint(&mut buf).unwrap_or_else(|e| corrupt(&e)) as i64;
         }
         v
     }
