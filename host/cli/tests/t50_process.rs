@@ -534,9 +534,12 @@ fn the_request_limit_is_exact_over_grpc() {
 /// `--timeout`, and says what to check.
 #[test]
 fn a_command_against_no_node_retries_visibly_and_stops_at_its_timeout() {
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = free.local_addr().unwrap().to_string();
-    drop(free);
+    // Bound but not listening: connections to it are refused, and no other
+    // test's server can take the port meanwhile (a port freed here was
+    // once taken by one, which answered the put).
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = refusing.local_addr().unwrap().to_string();
     let started = Instant::now();
     let out = Command::new(BIN).args(["put", "k", "v", "--timeout", "1s", "--endpoints", &addr]).output().unwrap();
     let elapsed = started.elapsed();
