@@ -10,6 +10,7 @@
 #
 #   benches/thread-cpu.sh                       # put 1/1, 3000 puts
 #   CONNS=200 CLIENTS=1000 TOTAL=50000 benches/thread-cpu.sh
+#   TARGET=follower benches/thread-cpu.sh       # through a follower (forwarded)
 #
 # Needs etcd's benchmark tool (WASMRAFT_ETCD_BENCHMARK, or `benchmark` on the
 # PATH) and a release build (`cargo build --release -p wasmraft-cli`). fsync
@@ -19,7 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/wasmraft}
 TOOL=${WASMRAFT_ETCD_BENCHMARK:-benchmark}
-CONNS=${CONNS:-1} CLIENTS=${CLIENTS:-1} TOTAL=${TOTAL:-3000}
+CONNS=${CONNS:-1} CLIENTS=${CLIENTS:-1} TOTAL=${TOTAL:-3000} TARGET=${TARGET:-leader}
+case $TARGET in leader | follower) ;; *) echo "thread-cpu: TARGET is leader or follower" >&2; exit 2 ;; esac
 ep=127.0.0.1:7379,127.0.0.1:7380,127.0.0.1:7381
 if "$BIN" status --endpoints $ep >/dev/null 2>&1; then
   echo "thread-cpu: another cluster answers on ports 7379-7381" >&2
@@ -70,13 +72,15 @@ $(awk '/^(voluntary|nonvoluntary)_ctxt/ {s += $2} END {print s}' "$t/status" 2>/
 }
 metrics() { curl -s "127.0.0.1:$((9100 + leader))/metrics"; }
 
+target=$leader
+[ "$TARGET" = leader ] || target=$(( leader % 3 + 1 ))
 metrics > "$out/m0"; snapshot > "$out/s0"
-"$TOOL" --endpoints "127.0.0.1:$((7378 + leader))" --conns "$CONNS" --clients "$CLIENTS" \
+"$TOOL" --endpoints "127.0.0.1:$((7378 + target))" --conns "$CONNS" --clients "$CLIENTS" \
   put --total "$TOTAL" --key-size 8 --val-size 256 --key-space-size "$TOTAL" > "$out/tool.txt" 2>&1
 grep -E 'Requests/sec|Average|50%|99%' "$out/tool.txt" | sed 's/^ */  /'
 metrics > "$out/m1"; snapshot > "$out/s1"
 
-echo "# CPU per request, us (leader: member $leader), and context switches per request"
+echo "# CPU per request, us (leader: member $leader, requests to member $target), and context switches per request"
 awk -v n="$TOTAL" -v hz="$(getconf CLK_TCK)" -v leader="$leader" '
   FNR == NR { cpu0[$1, $3] = $4; cs0[$1, $3] = $5; next }
   $2 == "process" { total[$1] = $4 - cpu0[$1, 0]; next }

@@ -374,6 +374,8 @@ impl Node {
             applied: applied.index,
             max_applying_bytes: config.max_applying_bytes,
             max_inflight_bytes: MAX_INFLIGHT_BYTES,
+            // The Raft loop sends them itself (`RaftLoop::send_commit_updates`).
+            defer_commit_updates: true,
             ..wasmraft_raft::Config::default()
         };
         let raw = RawNode::new(raft_config, storage.clone())
@@ -452,6 +454,8 @@ impl Node {
             lease: lease.clone(),
             tick_interval: config.tick_interval,
             next_tick: std::time::Instant::now(),
+            commit_update_at: None,
+            commits_awaited: BTreeMap::new(),
             sync_log: config.sync_log,
             pending_reads: HashMap::new(),
             reads: reads.clone(),

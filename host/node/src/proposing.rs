@@ -104,6 +104,10 @@ impl<T: Transport> RaftLoop<T> {
             .map(|t| {
                 let at: Vec<Index> = t.slots.into_iter().map(index_of).collect();
                 last_theirs = at.iter().copied().fold(last_theirs, Index::max);
+                if let Some(&last) = at.iter().max() {
+                    let awaited = self.commits_awaited.entry(t.from).or_default();
+                    *awaited = (*awaited).max(last);
+                }
                 forwarding::placed(me, term, t.from, t.seq, at)
             })
             .collect();

@@ -2,7 +2,7 @@
 //! `tick`/`propose`/`read_index`, and carries out each `Ready` in the order
 //! the core's contract demands (docs/design/001-raft-core-api.md).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -100,6 +100,14 @@ const TURN_BYTES: u64 = 8 << 20;
 /// The most inbox messages one loop turn takes in.
 const TURN_MESSAGES: usize = 10_000;
 
+/// How long a leader lets a new commit index wait for the next append to
+/// carry it to a follower before it sends the index alone. Under a steady
+/// stream of proposals (a client whose next request follows its answer)
+/// the next append comes first, and each follower is spared a message and
+/// its answer per commit; an idle cluster's followers apply this much
+/// later. Followers whose clients wait on the entries are told at once.
+const COMMIT_UPDATE_DELAY: Duration = Duration::from_millis(1);
+
 impl LoopMsg {
     /// A request that appends to the log (on a leader), a follower's
     /// among them.
@@ -145,6 +153,13 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub tick_interval: Duration,
     /// When the next tick is due.
     pub next_tick: Instant,
+    /// Leader: when followers not yet told the commit index are told it,
+    /// if no append has carried it by then (see `send_commit_updates`).
+    pub commit_update_at: Option<Instant>,
+    /// Leader: the last entry each follower forwarded, until it is sent a
+    /// commit index that covers it. That follower's clients wait for it to
+    /// apply the entry, so it is told at once.
+    pub commits_awaited: BTreeMap<NodeId, Index>,
     pub sync_log: bool,
     /// Reads waiting for the ReadIndex round they joined, with when it
     /// started: a round that never completes (the leader lost its quorum but
@@ -269,6 +284,10 @@ impl<T: Transport> RaftLoop<T> {
                 }
             } else {
                 Duration::ZERO
+            };
+            let timeout = match self.commit_update_at {
+                Some(at) => timeout.min(at.saturating_duration_since(now)),
+                None => timeout,
             };
             let first = match self.inbox.recv_timeout(timeout) {
                 Ok(m) => Some(m),
@@ -566,6 +585,9 @@ impl<T: Transport> RaftLoop<T> {
         if readies.is_ok() && self.start_read_round(now) {
             readies = self.handle_readies(None);
         }
+        if readies.is_ok() && self.send_commit_updates(now) {
+            readies = self.handle_readies(None);
+        }
         if let Err(e) = readies {
             tracing::error!(error = %e, "storage failed; stopping the raft loop");
             self.status.lock().set_fatal(e.clone());
@@ -599,6 +621,40 @@ impl<T: Transport> RaftLoop<T> {
         }
         self.ask_for_applied_if_waiting();
         Flow::Continue
+    }
+
+    /// Leader: tells followers the commit index that no append carried
+    /// (the core defers it, `Config::defer_commit_updates`): at once to
+    /// those whose forwarded entries it covers, to the others once
+    /// [`COMMIT_UPDATE_DELAY`] has passed since it was first due. Whether
+    /// it sent any.
+    fn send_commit_updates(&mut self, now: Instant) -> bool {
+        let committed = self.raw.committed();
+        if self.raw.role_and_term().0 != Role::Leader {
+            self.commits_awaited.clear();
+        }
+        if !self.raw.commit_updates_due() {
+            // Those covered were told, by an append or a heartbeat.
+            self.commits_awaited.retain(|_, last| *last > committed);
+            self.commit_update_at = None;
+            return false;
+        }
+        let at = *self.commit_update_at.get_or_insert(now + COMMIT_UPDATE_DELAY);
+        let all = now >= at;
+        let awaited = &mut self.commits_awaited;
+        let mut sent = false;
+        self.raw.send_commit_updates(|id| {
+            let waits = awaited.get(&id).is_some_and(|&last| last <= committed);
+            if waits {
+                awaited.remove(&id);
+            }
+            sent |= all || waits;
+            all || waits
+        });
+        if all {
+            self.commit_update_at = None;
+        }
+        sent
     }
 
     /// The apply side applied through `index` (reported, or read from the

@@ -55,6 +55,14 @@ pub struct Config {
     /// the apply queue of a node whose state machine lags its log, as
     /// etcd's `MaxCommittedSizePerReady` does. Default: no limit.
     pub max_applying_bytes: u64,
+    /// A leader that commits sends no empty AppendEntries only to tell
+    /// followers the new commit index: the next append to each carries
+    /// it, or the next heartbeat round, or the driver sends it when it
+    /// chooses ([`crate::RawNode::send_commit_updates`]). Under a steady
+    /// stream of proposals that saves each follower a message and its
+    /// answer per commit. Off by default (etcd-io/raft's behaviour: the
+    /// commit goes out at once).
+    pub defer_commit_updates: bool,
 }
 
 impl Default for Config {
@@ -73,6 +81,7 @@ impl Default for Config {
             seed: 0,
             applied: Index(0),
             max_applying_bytes: u64::MAX,
+            defer_commit_updates: false,
         }
     }
 }

@@ -74,10 +74,14 @@ struct Seen {
 /// violation (which the fuzzer reports like any other panic).
 pub fn core_messages(data: &[u8]) -> Report {
     let ids = [1u64, 2, 3];
+    // Leaders that send each commit index at once, or defer it (as the
+    // node's driver has them do) until an append, a heartbeat or a tick
+    // here carries it.
+    let defer_commit_updates = data.first().is_some_and(|b| b % 2 == 1);
     let mut nodes: BTreeMap<u64, RawNode<MemStorage>> = ids
         .iter()
         .map(|&id| {
-            let config = Config { id: NodeId(id), seed: id, ..Config::default() };
+            let config = Config { id: NodeId(id), seed: id, defer_commit_updates, ..Config::default() };
             (id, RawNode::new(config, MemStorage::new(&ids)).expect("valid config"))
         })
         .collect();
@@ -94,7 +98,12 @@ pub fn core_messages(data: &[u8]) -> Report {
         let id = ids[usize::from(input.byte()) % ids.len()];
         let node = nodes.get_mut(&id).expect("known id");
         match op % 8 {
-            0 => node.tick(),
+            0 => {
+                node.tick();
+                if defer_commit_updates {
+                    node.send_commit_updates(|_| true);
+                }
+            }
             1..=3 => {
                 if !network.is_empty() {
                     let m = network.remove(usize::from(input.byte()) % network.len());

@@ -120,6 +120,12 @@
 //!   driver stores the data durably, then steps the message; its next Ready
 //!   carries `snapshot: Some(meta)`. The leader's driver calls
 //!   [`RawNode::report_snapshot`] when the transfer succeeded or failed.
+//! - **Commit updates**: with [`Config::defer_commit_updates`], a leader
+//!   sends a new commit index only with the next append or heartbeat round;
+//!   the driver decides when followers must hear it sooner (after a short
+//!   delay, or at once for one whose clients wait) and calls
+//!   [`RawNode::send_commit_updates`] for those that
+//!   [`RawNode::commit_update_due`] names.
 //! - **Ticks and leases**: deliver every elapsed tick, also after a process
 //!   pause or a slow fsync, *before* calling [`RawNode::lease_read`]; check
 //!   the lease when the read is taken, serve at `applied >= index`. Clock rates

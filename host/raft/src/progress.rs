@@ -42,6 +42,9 @@ pub struct Progress {
     pub(crate) recent_active: bool,
     /// The newest heartbeat round (token) the follower acknowledged this term.
     pub(crate) acked_token: u64,
+    /// The highest commit index sent to the follower this term, in an
+    /// append or a heartbeat (see `Config::defer_commit_updates`).
+    pub(crate) commit_sent: Index,
 }
 
 /// What the leader sends a follower when it answers a heartbeat.
@@ -90,6 +93,7 @@ impl Progress {
             window,
             recent_active: false,
             acked_token: 0,
+            commit_sent: Index(0),
         }
     }
 

@@ -258,6 +258,36 @@ impl<L: LogReader> RawNode<L> {
         self.raft.report_unreachable(peer);
     }
 
+    /// Leader, with [`Config::defer_commit_updates`]: whether follower `to`
+    /// was not sent a commit index it could use yet (one up to what it
+    /// matches), and could be sent one now. The next append or heartbeat
+    /// round sends it anyway; [`send_commit_updates`](Self::send_commit_updates)
+    /// sends it now.
+    #[must_use]
+    pub fn commit_update_due(&self, to: NodeId) -> bool {
+        self.raft.commit_update_due(to)
+    }
+
+    /// The commit index this node knows.
+    #[must_use]
+    pub fn committed(&self) -> Index {
+        self.raft.log.committed
+    }
+
+    /// Leader: whether [`commit_update_due`](Self::commit_update_due) for
+    /// any follower.
+    #[must_use]
+    pub fn commit_updates_due(&self) -> bool {
+        self.raft.progress.keys().any(|&id| self.raft.commit_update_due(id))
+    }
+
+    /// Leader: sends each follower that `wanted` picks, and for which a
+    /// [commit update is due](Self::commit_update_due), the commit index in
+    /// an AppendEntries (with entries, if it has any to send).
+    pub fn send_commit_updates(&mut self, wanted: impl FnMut(NodeId) -> bool) {
+        self.raft.send_commit_updates(wanted);
+    }
+
     /// The snapshot sent to `peer` was installed (`ok`) or failed.
     pub fn report_snapshot(&mut self, peer: NodeId, ok: bool) {
         self.raft.report_snapshot(peer, ok);

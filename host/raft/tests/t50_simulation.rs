@@ -3,7 +3,9 @@
 //! The default run checks `WASMRAFT_SIM_SEEDS` seeds (default 2,000) of
 //! `WASMRAFT_SIM_STEPS` steps (default 500, one tick each), split across
 //! tests so they run in parallel. `WASMRAFT_SIM_SEED=n` replays one seed
-//! with a trace (test `replay`).
+//! with a trace (test `replay`). Half the seeds have leaders defer commit
+//! updates; `WASMRAFT_SIM_NO_DEFER=1` runs them as the others, to tell
+//! whether a failure has to do with deferring.
 
 mod sim;
 

@@ -146,6 +146,11 @@ impl<L: LogReader> Raft<L> {
     }
 
     pub(crate) fn send(&mut self, to: NodeId, body: MessageBody) {
+        if let MessageBody::AppendEntries { commit, .. } | MessageBody::Heartbeat { commit, .. } = &body
+            && let Some(pr) = self.progress.get_mut(&to)
+        {
+            pr.commit_sent = pr.commit_sent.max(*commit);
+        }
         self.msgs.push(Message {
             from: self.id,
             to,

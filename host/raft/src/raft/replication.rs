@@ -234,7 +234,7 @@ impl<L: LogReader> Raft<L> {
             _ => {}
         }
         if self.maybe_commit() {
-            self.bcast_append();
+            self.tell_commit();
         } else if was_paused {
             self.send_append(from);
         }
@@ -268,7 +268,43 @@ impl<L: LogReader> Raft<L> {
             && pr.maybe_update(persisted)
             && self.maybe_commit()
         {
+            self.tell_commit();
+        }
+    }
+
+    /// Leader: the commit index advanced. Sends it to every follower at
+    /// once, or, with `defer_commit_updates`, only with entries still to
+    /// send (see [`commit_updates_due`](Self::commit_updates_due)).
+    fn tell_commit(&mut self) {
+        if !self.cfg.defer_commit_updates {
             self.bcast_append();
+            return;
+        }
+        let peers: Vec<NodeId> = self.progress.keys().copied().filter(|&id| id != self.id).collect();
+        for id in peers {
+            self.maybe_send_append(id, false);
+        }
+    }
+
+    /// Leader: whether follower `to` has not been sent a commit index it
+    /// could use (one up to what it matches) and could be sent one now.
+    pub(crate) fn commit_update_due(&self, to: NodeId) -> bool {
+        if self.role != Role::Leader || to == self.id {
+            return false;
+        }
+        self.progress
+            .get(&to)
+            .is_some_and(|pr| !pr.is_paused() && pr.commit_sent < pr.matched.min(self.log.committed))
+    }
+
+    /// Leader: sends the commit index, in an append, to each follower
+    /// `wanted` for which [`commit_update_due`](Self::commit_update_due).
+    pub(crate) fn send_commit_updates(&mut self, mut wanted: impl FnMut(NodeId) -> bool) {
+        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
+        for id in peers {
+            if self.commit_update_due(id) && wanted(id) {
+                self.send_append(id);
+            }
         }
     }
 }

@@ -416,3 +416,67 @@ fn a_conflict_while_a_ready_is_written_leaves_its_unchanged_prefix_stable() {
     let ids: Vec<(u64, u64)> = next.entries.iter().map(|e| (e.log_id.index.0, e.log_id.term.0)).collect();
     assert_eq!(ids, vec![(2, 2), (3, 2)]);
 }
+
+/// A three-node cluster whose leader (node 1) defers commit updates.
+fn cluster_deferring_commit_updates() -> Cluster {
+    let ids = [1, 2, 3];
+    let mut c = Cluster::new(&ids);
+    for id in ids {
+        let config = Config { defer_commit_updates: true, ..cfg(id) };
+        c.nodes.insert(id, RawNode::new(config, MemStorage::new(&ids)).unwrap());
+    }
+    c.elect(1);
+    c
+}
+
+#[test]
+fn a_deferred_commit_index_goes_with_the_next_append_or_heartbeat() {
+    let mut c = cluster_deferring_commit_updates();
+    // Both followers replicating (after the election they probe, and one
+    // that answers after the commit is sent an append at once, as ever).
+    c.node(1).propose(vec![b"a".to_vec()]).unwrap();
+    c.settle();
+    // An entry committed on the leader, and no message only for that.
+    c.node(1).propose(vec![b"w".to_vec()]).unwrap();
+    c.settle();
+    let w = c.commit(1);
+    for f in [2, 3] {
+        assert!(c.commit(f) < w, "follower {f} learned the commit without a message for it");
+        assert!(c.node(1).commit_update_due(NodeId(f)));
+    }
+    assert!(!c.node(1).commit_update_due(NodeId(1)), "never due to the leader itself");
+    // The next append carries it; its own commit is due in turn.
+    c.node(1).propose(vec![b"x".to_vec()]).unwrap();
+    c.settle();
+    let x = c.commit(1);
+    assert!(x > w);
+    for f in [2, 3] {
+        assert_eq!(c.commit(f), w, "follower {f}");
+        assert!(c.node(1).commit_update_due(NodeId(f)));
+    }
+    // The driver tells the followers it picks, and only those.
+    c.node(1).send_commit_updates(|id| id == NodeId(2));
+    c.settle();
+    assert_eq!(c.commit(2), x);
+    assert_eq!(c.commit(3), w);
+    assert!(!c.node(1).commit_update_due(NodeId(2)));
+    assert!(c.node(1).commit_updates_due());
+    // A heartbeat round carries it to the rest.
+    c.tick_all(1);
+    assert_eq!(c.commit(3), x);
+    assert!(!c.node(1).commit_updates_due());
+    assert_eq!(c.applied[&3].last().map(|e| e.log_id.index), Some(x), "and the follower applies it");
+}
+
+#[test]
+fn without_deferring_a_commit_index_goes_out_at_once() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.elect(1);
+    c.node(1).propose(vec![b"x".to_vec()]).unwrap();
+    c.settle();
+    let x = c.commit(1);
+    for f in [2, 3] {
+        assert_eq!(c.commit(f), x, "follower {f}");
+    }
+    assert!(!c.node(1).commit_updates_due());
+}

@@ -90,6 +90,10 @@ pub struct Params {
     pub max_inflight: usize,
     pub max_bytes: u64,
     pub max_inflight_bytes: u64,
+    /// Leaders defer commit updates (`Config::defer_commit_updates`) and
+    /// send them after a tick with this chance (heartbeats carry them
+    /// too); drawn from `World::commit_rng`.
+    pub defer_commit_updates: Option<f64>,
 }
 
 impl Params {
@@ -123,6 +127,8 @@ impl Params {
             max_inflight: rng.range(1, 8) as usize,
             max_bytes: rng.range(40, 2000),
             max_inflight_bytes: if rng.chance(0.5) { u64::MAX } else { rng.range(20, 4000) },
+            // Drawn by the world from a stream of its own.
+            defer_commit_updates: None,
         }
     }
 }

@@ -63,6 +63,9 @@ struct World {
     /// Its own stream, so that hostile input leaves every seed's run as it
     /// was: each hostile message must be refused and change nothing.
     hostile_rng: Rng,
+    /// Its own stream too: a seed whose leaders send commit updates at once
+    /// runs as it did before they could defer them.
+    commit_rng: Rng,
 }
 
 macro_rules! trace {
@@ -113,7 +116,11 @@ pub fn run_seed(seed: u64, opts: &Options, trace: bool) -> Result<Stats, String>
 impl World {
     fn new(seed: u64, opts: Options, trace: bool) -> World {
         let mut rng = Rng::new(seed);
-        let p = Params::draw(&mut rng);
+        let mut p = Params::draw(&mut rng);
+        let mut commit_rng = Rng::new(super::rng::mix(seed, 0xC0_3317));
+        if commit_rng.chance(0.5) && std::env::var_os("WASMRAFT_SIM_NO_DEFER").is_none() {
+            p.defer_commit_updates = Some(commit_rng.range(0, 1000) as f64 / 1000.0);
+        }
         let voters: Vec<u64> = (1..=p.voters).collect();
         let mut w = World {
             seed,
@@ -139,6 +146,7 @@ impl World {
             trace: trace.then(Vec::new),
             rng,
             hostile_rng: Rng::new(super::rng::mix(seed, 0xB1_2A17)),
+            commit_rng,
         };
         for id in 1..=w.p.pool {
             let disk = if id <= w.p.voters {
@@ -178,6 +186,7 @@ impl World {
             // Small, so that handing out committed entries pauses and resumes.
             max_applying_bytes: self.p.max_bytes,
             applied,
+            defer_commit_updates: self.p.defer_commit_updates.is_some(),
             ..Config::default()
         }
     }
@@ -222,7 +231,13 @@ impl World {
                 let (_, id) = next_tick.expect("a tick is next");
                 let node = self.nodes.get_mut(&id).expect("node");
                 node.next_tick += node.period;
-                node.raw.as_mut().expect("up").tick();
+                let raw = node.raw.as_mut().expect("up");
+                raw.tick();
+                if let Some(chance) = self.p.defer_commit_updates
+                    && self.commit_rng.chance(chance)
+                {
+                    raw.send_commit_updates(|_| true);
+                }
                 self.drive(id)?;
             }
         }
