@@ -123,7 +123,13 @@ impl<L: LogReader> Raft<L> {
         match self.role {
             Role::Leader => {
                 if !self.membership.is_voter(self.id) {
-                    // Removed (or demoted) once C_new committed: step down.
+                    // Removed (or demoted) once C_new committed: step down,
+                    // after telling the others that it committed. Stepping
+                    // down clears the progress the broadcast after a commit
+                    // goes by: they stayed in the joint configuration, and
+                    // only one of them with this leader's whole log could
+                    // win the next election.
+                    self.bcast_append();
                     self.become_follower(self.term, None);
                     return;
                 }

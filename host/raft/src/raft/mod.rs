@@ -232,6 +232,15 @@ impl<L: LogReader> Raft<L> {
                 MessageBody::AppendEntries { .. }
                 | MessageBody::Heartbeat { .. }
                 | MessageBody::InstallSnapshot { .. } => self.become_follower(m.term, Some(m.from)),
+                MessageBody::RequestVote { .. } if self.role != Role::Leader => {
+                    // Only the leader or a granted vote restarts the election
+                    // timer (Figure 2): a candidate that cannot win (a stale
+                    // log, a member removed without knowing it) would
+                    // otherwise hold off, term after term, the nodes that can.
+                    let elapsed = self.election_elapsed;
+                    self.become_follower(m.term, None);
+                    self.election_elapsed = elapsed;
+                }
                 _ => self.become_follower(m.term, None),
             }
         } else if m.term < self.term {

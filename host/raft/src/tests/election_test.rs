@@ -437,3 +437,37 @@ fn guarded_follower_refuses_equal_term_votes_after_a_term_bump() {
         "no vote while the old leader's lease may live"
     );
 }
+
+#[test]
+fn a_candidate_that_cannot_win_does_not_hold_off_the_elections_of_those_that_can() {
+    // Node 1 has a longer log than node 3, which campaigns at a higher term
+    // every 9 ticks, within any election timeout (10-19 ticks). Without
+    // pre-vote each request raises node 1's term; it must still campaign.
+    let mut s = MemStorage::new(&[1, 2, 3]);
+    let blank = |index| Entry { log_id: LogId::new(1, index), payload: EntryPayload::Blank };
+    s.append(&[blank(1), blank(2)]);
+    s.hard_state = HardState { term: Term(1), vote: None, commit: Index(0) };
+    let mut n = RawNode::new(Config { pre_vote: false, ..cfg(1) }, s).unwrap();
+    let (mut disrupted, mut campaigns) = (false, 0);
+    for _ in 0..200 {
+        let now = n.status().now;
+        if now >= 10 && (now - 10) % 9 == 0 {
+            let term = n.status().term.0 + 1;
+            let body = MessageBody::RequestVote { pre_vote: false, last: LogId::new(1, 1), transfer: false };
+            n.step(msg(3, 1, term, body)).unwrap();
+            assert_eq!(n.status().term, Term(term));
+            disrupted = true;
+        }
+        n.tick();
+        let sent = drive(&mut n).all();
+        let campaigned = sent.iter().any(|m| matches!(m.body, MessageBody::RequestVote { .. }) && m.from == NodeId(1));
+        if disrupted && campaigned {
+            campaigns += 1;
+        }
+        assert!(
+            !sent.iter().any(|m| m.to == NodeId(3) && matches!(m.body, MessageBody::VoteResponse { reject: false, .. })),
+            "node 1 voted for the stale candidate"
+        );
+    }
+    assert!(campaigns >= 5, "node 1 campaigned {campaigns} times in 200 ticks of disruption");
+}

@@ -197,6 +197,24 @@ fn removed_leader_steps_down_once_the_new_configuration_commits() {
 }
 
 #[test]
+fn a_leader_removed_by_the_new_configuration_tells_the_others_it_committed() {
+    let mut c = Cluster::new(&[1, 2, 3, 4]);
+    c.elect(1);
+    c.node(1)
+        .propose_membership(MembershipChange::RemoveNode(NodeId(1)))
+        .unwrap();
+    c.settle();
+    assert_eq!(c.node(1).status().role, Role::Follower);
+    let commit = c.commit(1);
+    for id in 2..=4 {
+        let st = c.node(id).status();
+        assert_eq!(st.commit, commit, "node {id}");
+        assert_eq!(st.membership.voters, ids(&[2, 3, 4]), "node {id}");
+        assert!(st.membership.voters_outgoing.is_empty(), "node {id} is still in the joint configuration");
+    }
+}
+
+#[test]
 fn invalid_changes_are_refused() {
     let mut c = Cluster::new(&[1, 2, 3]);
     c.elect(1);

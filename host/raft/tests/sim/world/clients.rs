@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use wasmraft_raft::{Index, Membership, MembershipChange, NodeId, ReadId, Role};
+use wasmraft_raft::{Index, Membership, MembershipChange, NodeId, ReadId, Role, Term};
 
 use super::World;
 use crate::sim::node::{PendingRead, ReadKind};
@@ -279,7 +279,7 @@ impl World {
         // PROGRESS_BOUND steps; catching up may take long with tiny messages.
         const LEADER_BOUND: u64 = 100;
         const PROGRESS_BOUND: u64 = 100;
-        let (mut leaderless, mut stalled, mut progress) = (0, 0, 0);
+        let (mut leaderless, mut stalled, mut progress) = (0, 0, (0, 0, Term(0), 0));
         let why = 'run: {
             for steps in 1..=self.opts.liveness_steps {
                 self.step()?;
@@ -291,8 +291,19 @@ impl World {
                     continue;
                 };
                 leaderless = 0;
-                let now: u64 = self.nodes.values().map(|n| n.sm.applied.0).sum();
-                if now > progress {
+                // Progress is applying, or a quorum catching up on the
+                // leader's log: a new leader commits nothing until a quorum
+                // holds all of it (§5.4.2), which with tiny messages and a
+                // window of one takes longer than the bound.
+                let st = self.nodes[&l].raw.as_ref().expect("up").status();
+                let now = (
+                    self.nodes.values().map(|n| n.sm.applied.0).sum::<u64>(),
+                    l,
+                    st.term,
+                    st.progress.values().map(|p| p.matched.0).sum::<u64>(),
+                );
+                let moved = now.0 > progress.0 || (now.1, now.2) != (progress.1, progress.2) || now.3 > progress.3;
+                if moved {
                     (progress, stalled) = (now, 0);
                 } else {
                     stalled += 1;
@@ -300,7 +311,6 @@ impl World {
                         break 'run format!("no progress for {PROGRESS_BOUND} steps after healing");
                     }
                 }
-                let st = self.nodes[&l].raw.as_ref().expect("up").status();
                 if final_write.is_none_or(|(fl, _)| fl != l) || st.term != self.nodes[&l].hard.term
                 {
                     self.next_id += 1;
