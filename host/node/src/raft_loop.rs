@@ -633,9 +633,11 @@ impl<T: Transport> RaftLoop<T> {
         if self.raw.role_and_term().0 != Role::Leader {
             self.commits_awaited.clear();
         }
+        // A follower whose entries the commit covers and that is not due
+        // was told, by an append or a heartbeat.
+        let raw = &self.raw;
+        self.commits_awaited.retain(|&id, last| *last > committed || raw.commit_update_due(id));
         if !self.raw.commit_updates_due() {
-            // Those covered were told, by an append or a heartbeat.
-            self.commits_awaited.retain(|_, last| *last > committed);
             self.commit_update_at = None;
             return false;
         }

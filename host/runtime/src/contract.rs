@@ -22,10 +22,12 @@ pub const CONTRACT_V1: &str = "0.1.0";
 /// The contract version with timers.
 pub const CONTRACT_V2: &str = "0.2.0";
 
-/// A plugin's exports, checked and ready to instantiate.
+/// A plugin's exports, checked and ready to instantiate, with where each
+/// export is: found once, not by name and type check on every instance
+/// (an apply call's instance is fresh each time).
 pub(crate) enum Pre {
-    V1(v1::StateMachinePre<PluginCtx>),
-    V2(v2::StateMachinePre<PluginCtx>),
+    V1(v1::StateMachinePre<PluginCtx>, v1::StateMachineIndices),
+    V2(v2::StateMachinePre<PluginCtx>, v2::StateMachineIndices),
 }
 
 /// One instance's exports.
@@ -66,12 +68,15 @@ pub(crate) fn add_to_linker(linker: &mut wasmtime::component::Linker<PluginCtx>)
 impl Pre {
     /// The newest contract whose exports the component has.
     pub fn new(pre: InstancePre<PluginCtx>) -> Result<Self, PluginError> {
-        let e2 = match v2::StateMachinePre::new(pre.clone()) {
-            Ok(p) => return Ok(Pre::V2(p)),
+        let v2 = v2::StateMachinePre::new(pre.clone())
+            .and_then(|p| v2::StateMachineIndices::new(p.instance_pre()).map(|i| (p, i)));
+        let e2 = match v2 {
+            Ok((p, i)) => return Ok(Pre::V2(p, i)),
             Err(e) => e,
         };
-        match v1::StateMachinePre::new(pre) {
-            Ok(p) => Ok(Pre::V1(p)),
+        let v1 = v1::StateMachinePre::new(pre).and_then(|p| v1::StateMachineIndices::new(p.instance_pre()).map(|i| (p, i)));
+        match v1 {
+            Ok((p, i)) => Ok(Pre::V1(p, i)),
             Err(e1) => Err(PluginError::Incompatible(format!(
                 "the component exports neither wasmraft:plugin@{CONTRACT_V2}'s state-machine ({e2:#}) nor @{CONTRACT_V1}'s ({e1:#})"
             ))),
@@ -80,20 +85,20 @@ impl Pre {
 
     pub fn contract(&self) -> &'static str {
         match self {
-            Pre::V1(_) => CONTRACT_V1,
-            Pre::V2(_) => CONTRACT_V2,
+            Pre::V1(..) => CONTRACT_V1,
+            Pre::V2(..) => CONTRACT_V2,
         }
     }
 
     pub fn instantiate(&self, store: &mut Store<PluginCtx>) -> wasmtime::Result<(Bound, Instance)> {
         match self {
-            Pre::V1(p) => {
+            Pre::V1(p, indices) => {
                 let raw = p.instance_pre().instantiate(&mut *store)?;
-                Ok((Bound::V1(v1::StateMachine::new(store, &raw)?), raw))
+                Ok((Bound::V1(indices.load(store, &raw)?), raw))
             }
-            Pre::V2(p) => {
+            Pre::V2(p, indices) => {
                 let raw = p.instance_pre().instantiate(&mut *store)?;
-                Ok((Bound::V2(v2::StateMachine::new(store, &raw)?), raw))
+                Ok((Bound::V2(indices.load(store, &raw)?), raw))
             }
         }
     }
