@@ -105,8 +105,7 @@ impl<T: Transport> RaftLoop<T> {
                 let at: Vec<Index> = t.slots.into_iter().map(index_of).collect();
                 last_theirs = at.iter().copied().fold(last_theirs, Index::max);
                 if let Some(&last) = at.iter().max() {
-                    let awaited = self.commits_awaited.entry(t.from).or_default();
-                    *awaited = (*awaited).max(last);
+                    self.commits_awaited.entry(t.from).or_default().insert(last);
                 }
                 forwarding::placed(me, term, t.from, t.seq, at)
             })

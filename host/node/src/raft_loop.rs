@@ -156,10 +156,10 @@ pub(crate) struct RaftLoop<T: Transport> {
     /// Leader: when followers not yet told the commit index are told it,
     /// if no append has carried it by then (see `send_commit_updates`).
     pub commit_update_at: Option<Instant>,
-    /// Leader: the last entry each follower forwarded, until it is sent a
-    /// commit index that covers it. That follower's clients wait for it to
-    /// apply the entry, so it is told at once.
-    pub commits_awaited: BTreeMap<NodeId, Index>,
+    /// Leader: the last entry of each batch a follower forwarded, until
+    /// that follower is sent a commit index that covers it. Its clients
+    /// wait for it to apply the entry, so it is told the commit at once.
+    pub commits_awaited: BTreeMap<NodeId, std::collections::BTreeSet<Index>>,
     pub sync_log: bool,
     /// Reads waiting for the ReadIndex round they joined, with when it
     /// started: a round that never completes (the leader lost its quorum but
@@ -630,26 +630,25 @@ impl<T: Transport> RaftLoop<T> {
     /// it sent any.
     fn send_commit_updates(&mut self, now: Instant) -> bool {
         let committed = self.raw.committed();
-        if self.raw.role_and_term().0 != Role::Leader {
-            self.commits_awaited.clear();
-        }
-        // A follower whose entries the commit covers and that is not due
-        // was told, by an append or a heartbeat.
+        // Entries a follower was sent a commit index for (in an append or a
+        // heartbeat) wait no more; nor do those of a follower this node no
+        // longer leads (`commit_sent` is then `None`).
         let raw = &self.raw;
-        self.commits_awaited.retain(|&id, last| *last > committed || raw.commit_update_due(id));
+        self.commits_awaited.retain(|&id, entries| {
+            let Some(sent) = raw.commit_sent(id) else { return false };
+            entries.retain(|&entry| entry > sent);
+            !entries.is_empty()
+        });
         if !self.raw.commit_updates_due() {
             self.commit_update_at = None;
             return false;
         }
         let at = *self.commit_update_at.get_or_insert(now + COMMIT_UPDATE_DELAY);
         let all = now >= at;
-        let awaited = &mut self.commits_awaited;
+        let awaited = &self.commits_awaited;
         let mut sent = false;
         self.raw.send_commit_updates(|id| {
-            let waits = awaited.get(&id).is_some_and(|&last| last <= committed);
-            if waits {
-                awaited.remove(&id);
-            }
+            let waits = awaited.get(&id).and_then(|e| e.first()).is_some_and(|&entry| entry <= committed);
             sent |= all || waits;
             all || waits
         });

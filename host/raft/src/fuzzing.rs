@@ -74,10 +74,11 @@ struct Seen {
 /// violation (which the fuzzer reports like any other panic).
 pub fn core_messages(data: &[u8]) -> Report {
     let ids = [1u64, 2, 3];
-    // Leaders that send each commit index at once, or defer it (as the
-    // node's driver has them do) until an append, a heartbeat or a tick
-    // here carries it.
-    let defer_commit_updates = data.first().is_some_and(|b| b % 2 == 1);
+    // The first byte picks leaders that send each commit index at once, or
+    // defer it (as the node's driver has them do) until an append, a
+    // heartbeat or a tick here carries it; the rest are the inputs.
+    let (mode, data) = data.split_first().map_or((0, data), |(&m, rest)| (m, rest));
+    let defer_commit_updates = mode % 2 == 1;
     let mut nodes: BTreeMap<u64, RawNode<MemStorage>> = ids
         .iter()
         .map(|&id| {

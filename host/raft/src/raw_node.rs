@@ -259,13 +259,23 @@ impl<L: LogReader> RawNode<L> {
     }
 
     /// Leader, with [`Config::defer_commit_updates`]: whether follower `to`
-    /// was not sent a commit index it could use yet (one up to what it
-    /// matches), and could be sent one now. The next append or heartbeat
-    /// round sends it anyway; [`send_commit_updates`](Self::send_commit_updates)
-    /// sends it now.
+    /// was not sent the commit index yet, and could be sent an append now.
+    /// The next append or heartbeat round sends it anyway;
+    /// [`send_commit_updates`](Self::send_commit_updates) sends it now.
     #[must_use]
     pub fn commit_update_due(&self, to: NodeId) -> bool {
         self.raft.commit_update_due(to)
+    }
+
+    /// Leader: the highest commit index sent to follower `to` this term, in
+    /// an append or a heartbeat (`None`: not a member this leader
+    /// replicates to).
+    #[must_use]
+    pub fn commit_sent(&self, to: NodeId) -> Option<Index> {
+        if self.raft.role != Role::Leader || to == self.raft.id {
+            return None;
+        }
+        self.raft.progress.get(&to).map(|pr| pr.commit_sent)
     }
 
     /// The commit index this node knows.

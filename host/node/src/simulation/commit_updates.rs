@@ -19,6 +19,11 @@ fn reply(from: u64, term: Term, body: MessageBody) -> Message {
 /// Takes what node 1 sent, answering as nodes 2 and 3 would: votes yes, and
 /// every append accepted.
 fn answer(leader: &Live, outbox: &Outbox) -> Vec<Message> {
+    answer_from(leader, outbox, &[2, 3])
+}
+
+/// [`answer`], with only the appends to `nodes` answered.
+fn answer_from(leader: &Live, outbox: &Outbox, nodes: &[u64]) -> Vec<Message> {
     let sent: Vec<Message> = outbox
         .lock()
         .drain(..)
@@ -33,7 +38,7 @@ fn answer(leader: &Live, outbox: &Outbox) -> Vec<Message> {
             MessageBody::RequestVote { pre_vote, .. } if to == 2 => {
                 leader.node.step(reply(to, m.term, MessageBody::VoteResponse { pre_vote: *pre_vote, reject: false }));
             }
-            MessageBody::AppendEntries { prev, entries, .. } => {
+            MessageBody::AppendEntries { prev, entries, .. } if nodes.contains(&to) => {
                 let index = entries.last().map_or(prev.index, |e| e.log_id.index);
                 let body = MessageBody::AppendResponse { reject: false, index, hint: LogId::default() };
                 leader.node.step(reply(to, m.term, body));
@@ -55,13 +60,14 @@ fn commits_to(sent: &[Message], to: u64) -> Vec<Index> {
         .collect()
 }
 
-#[test]
-fn a_commit_index_goes_at_once_to_the_forwarder_and_after_a_delay_to_the_others() {
-    let dir = tempfile::tempdir().unwrap();
-    let outbox = Outbox::default();
-    let start = Instant::now();
+/// Node 1, elected with node 2's votes, its no-op and a first batch that
+/// node 2 forwarded committed, every follower answering (both replicate
+/// from then on); and a time (in us from `start`) 1 ms past a tick, as a
+/// tick every 10 ms from the start carries the commit index in its
+/// heartbeats.
+fn leading(dir: &std::path::Path, outbox: &Outbox, start: Instant) -> (Live, u64) {
     let at = |us: u64| start + Duration::from_micros(us);
-    let config = node_config(1, &[1, 2, 3], dir.path(), plugin_cache(), 1);
+    let config = node_config(1, &[1, 2, 3], dir, plugin_cache(), 1);
     let mut leader = Live::start(config, outbox.clone(), crate::boot_clock::BootClock::simulated(start), start).unwrap();
     // Elected with node 2's votes; its no-op and a first forwarded batch
     // committed, every follower answering (both replicate from then on).
@@ -83,19 +89,29 @@ fn a_commit_index_goes_at_once_to_the_forwarder_and_after_a_delay_to_the_others(
     let status = leader.node.status();
     assert_eq!(status.role, Role::Leader, "node 1 was not elected");
     assert!(status.commit > 1, "nothing committed");
-    // A tick every 10 ms from the start carries the commit index in its
-    // heartbeats: what follows happens between two ticks (t in us).
-    let t = (last_ms / 10 + 1) * 10_000 + 1_000;
-    leader.node.step(forwarded(status.term, seq + 1));
-    leader.turn(at(t), t / 1_000, false);
-    let sent = answer(&leader, &outbox);
-    let forwarded_entry = sent
-        .iter()
+    (leader, (last_ms / 10 + 1) * 10_000 + 1_000)
+}
+
+/// The last entry of the appends to node `to` in `sent`.
+fn appended_to(sent: &[Message], to: u64) -> Index {
+    sent.iter()
         .find_map(|m| match &m.body {
-            MessageBody::AppendEntries { entries, .. } if m.to.0 == 3 => entries.last().map(|e| e.log_id.index),
+            MessageBody::AppendEntries { entries, .. } if m.to.0 == to => entries.last().map(|e| e.log_id.index),
             _ => None,
         })
-        .expect("the forwarded batch was appended and sent to node 3");
+        .expect("the forwarded batch was appended and sent")
+}
+
+#[test]
+fn a_commit_index_goes_at_once_to_the_forwarder_and_after_a_delay_to_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::default();
+    let start = Instant::now();
+    let at = |us: u64| start + Duration::from_micros(us);
+    let (mut leader, t) = leading(dir.path(), &outbox, start);
+    leader.node.step(forwarded(leader.node.status().term, 2));
+    leader.turn(at(t), t / 1_000, false);
+    let forwarded_entry = appended_to(&answer(&leader, &outbox), 3);
     // Its own write done and both answers in: committed. Node 2 forwarded
     // the entry and its clients wait for it, so it hears at once; node 3
     // does not, yet.
@@ -111,6 +127,31 @@ fn a_commit_index_goes_at_once_to_the_forwarder_and_after_a_delay_to_the_others(
     let sent = answer(&leader, &outbox);
     assert_eq!(commits_to(&sent, 3), vec![forwarded_entry], "{sent:?}");
     assert!(commits_to(&sent, 2).is_empty(), "node 2 knew it already: {sent:?}");
+}
+
+#[test]
+fn a_forwarder_is_told_at_once_even_before_it_answers_the_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::default();
+    let start = Instant::now();
+    let at = |us: u64| start + Duration::from_micros(us);
+    let (mut leader, t) = leading(dir.path(), &outbox, start);
+    // Two batches from node 2 in one append; only node 3 answers it.
+    let term = leader.node.status().term;
+    leader.node.step(forwarded(term, 2));
+    leader.node.step(forwarded(term, 3));
+    leader.turn(at(t), t / 1_000, false);
+    let forwarded_entry = appended_to(&answer_from(&leader, &outbox, &[3]), 2);
+    // Committed by node 3's answer: node 2 hears it behind the append it has
+    // not answered yet, as it would have before the commit waited.
+    leader.turn(at(t + 100), t / 1_000, false);
+    assert_eq!(leader.node.status().commit, forwarded_entry.0);
+    let sent = answer_from(&leader, &outbox, &[]);
+    assert_eq!(commits_to(&sent, 2), vec![forwarded_entry], "{sent:?}");
+    // Its answer then changes nothing: it knows.
+    leader.node.step(reply(2, Term(term), MessageBody::AppendResponse { reject: false, index: forwarded_entry, hint: LogId::default() }));
+    leader.turn(at(t + 200), t / 1_000, false);
+    assert!(commits_to(&answer_from(&leader, &outbox, &[]), 2).is_empty());
 }
 
 /// Node 2's batch `seq` of one put.

@@ -129,7 +129,11 @@ impl<L: LogReader> Raft<L> {
                     // goes by: they stayed in the joint configuration, and
                     // only one of them with this leader's whole log could
                     // win the next election.
-                    self.bcast_append();
+                    for id in self.followers() {
+                        if !self.maybe_send_append(id, true) {
+                            self.send_empty_append(id); // paused: probing, or a full window
+                        }
+                    }
                     self.become_follower(self.term, None);
                     return;
                 }

@@ -53,15 +53,14 @@ impl<L: LogReader> Raft<L> {
 
     /// Sends what each follower is missing (or a commit update).
     pub(crate) fn bcast_append(&mut self) {
-        let peers: Vec<NodeId> = self
-            .progress
-            .keys()
-            .copied()
-            .filter(|&id| id != self.id)
-            .collect();
-        for id in peers {
+        for id in self.followers() {
             self.send_append(id);
         }
+    }
+
+    /// The members this leader replicates to.
+    pub(crate) fn followers(&self) -> Vec<NodeId> {
+        self.progress.keys().copied().filter(|&id| id != self.id).collect()
     }
 
     pub(crate) fn send_append(&mut self, to: NodeId) {
@@ -274,34 +273,33 @@ impl<L: LogReader> Raft<L> {
 
     /// Leader: the commit index advanced. Sends it to every follower at
     /// once, or, with `defer_commit_updates`, only with entries still to
-    /// send (see [`commit_updates_due`](Self::commit_updates_due)).
+    /// send (see [`commit_update_due`](Self::commit_update_due)).
     fn tell_commit(&mut self) {
         if !self.cfg.defer_commit_updates {
             self.bcast_append();
             return;
         }
-        let peers: Vec<NodeId> = self.progress.keys().copied().filter(|&id| id != self.id).collect();
-        for id in peers {
+        for id in self.followers() {
             self.maybe_send_append(id, false);
         }
     }
 
-    /// Leader: whether follower `to` has not been sent a commit index it
-    /// could use (one up to what it matches) and could be sent one now.
+    /// Leader: whether follower `to` was not sent the commit index yet and
+    /// could be sent an append now (the broadcast after a commit would
+    /// have sent it one).
     pub(crate) fn commit_update_due(&self, to: NodeId) -> bool {
         if self.role != Role::Leader || to == self.id {
             return false;
         }
         self.progress
             .get(&to)
-            .is_some_and(|pr| !pr.is_paused() && pr.commit_sent < pr.matched.min(self.log.committed))
+            .is_some_and(|pr| !pr.is_paused() && pr.commit_sent < self.log.committed)
     }
 
     /// Leader: sends the commit index, in an append, to each follower
     /// `wanted` for which [`commit_update_due`](Self::commit_update_due).
     pub(crate) fn send_commit_updates(&mut self, mut wanted: impl FnMut(NodeId) -> bool) {
-        let peers: Vec<NodeId> = self.progress.keys().copied().collect();
-        for id in peers {
+        for id in self.followers() {
             if self.commit_update_due(id) && wanted(id) {
                 self.send_append(id);
             }

@@ -170,7 +170,8 @@ fn random_input_sequences_keep_the_core_invariants() {
     };
     let mut total = crate::fuzzing::Report::default();
     for _ in 0..20_000 {
-        let len = (next() % 600) as usize;
+        // The first byte picks the mode (`core_messages`), the rest are inputs.
+        let len = 1 + (next() % 600) as usize;
         let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
         let r = crate::fuzzing::core_messages(&data);
         total.steps += r.steps;

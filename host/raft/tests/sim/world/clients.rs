@@ -302,9 +302,13 @@ impl World {
                     st.term,
                     st.progress.values().map(|p| p.matched.0).sum::<u64>(),
                 );
-                let moved = now.0 > progress.0 || (now.1, now.2) != (progress.1, progress.2) || now.3 > progress.3;
+                // A new leader only sets the baseline: churn that never
+                // applies anything still runs into the bound.
+                let same_leader = (now.1, now.2) == (progress.1, progress.2);
+                let moved = now.0 > progress.0 || (same_leader && now.3 > progress.3);
+                progress = (progress.0.max(now.0), now.1, now.2, now.3);
                 if moved {
-                    (progress, stalled) = (now, 0);
+                    stalled = 0;
                 } else {
                     stalled += 1;
                     if stalled > PROGRESS_BOUND {
