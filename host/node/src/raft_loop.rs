@@ -632,11 +632,15 @@ impl<T: Transport> RaftLoop<T> {
         let committed = self.raw.committed();
         // Entries a follower was sent a commit index for (in an append or a
         // heartbeat) wait no more; nor do those of a follower this node no
-        // longer leads (`commit_sent` is then `None`).
+        // longer leads (`commit_sent` is then `None`), nor committed ones of
+        // a follower that cannot be sent an update now (it probes, waits for
+        // a snapshot or has a full window: it hears the commit as it
+        // answers).
         let raw = &self.raw;
         self.commits_awaited.retain(|&id, entries| {
             let Some(sent) = raw.commit_sent(id) else { return false };
-            entries.retain(|&entry| entry > sent);
+            let due = raw.commit_update_due(id);
+            entries.retain(|&entry| entry > sent && (entry > committed || due));
             !entries.is_empty()
         });
         if !self.raw.commit_updates_due() {

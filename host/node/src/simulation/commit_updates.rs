@@ -136,22 +136,44 @@ fn a_forwarder_is_told_at_once_even_before_it_answers_the_append() {
     let start = Instant::now();
     let at = |us: u64| start + Duration::from_micros(us);
     let (mut leader, t) = leading(dir.path(), &outbox, start);
-    // Two batches from node 2 in one append; only node 3 answers it.
+    // Two batches from node 2, in two appends, neither answered yet.
     let term = leader.node.status().term;
     leader.node.step(forwarded(term, 2));
-    leader.node.step(forwarded(term, 3));
     leader.turn(at(t), t / 1_000, false);
-    let forwarded_entry = appended_to(&answer_from(&leader, &outbox, &[3]), 2);
-    // Committed by node 3's answer: node 2 hears it behind the append it has
-    // not answered yet, as it would have before the commit waited.
-    leader.turn(at(t + 100), t / 1_000, false);
-    assert_eq!(leader.node.status().commit, forwarded_entry.0);
+    let first = appended_to(&answer_from(&leader, &outbox, &[]), 2);
+    leader.node.step(forwarded(term, 3));
+    let mut second = None;
+    for us in [100, 200, 300] {
+        leader.turn(at(t + us), t / 1_000, false);
+        let sent = answer_from(&leader, &outbox, &[]);
+        assert!(commits_to(&sent, 2).iter().all(|&c| c < first), "nothing committed the first batch yet: {sent:?}");
+        if let Some(index) = sent.iter().find_map(|m| match &m.body {
+            MessageBody::AppendEntries { entries, .. } if m.to.0 == 2 => entries.last().map(|e| e.log_id.index),
+            _ => None,
+        }) {
+            second = Some(index);
+            break;
+        }
+    }
+    let second = second.expect("the second batch was appended and sent");
+    assert!(second > first);
+    // Node 3 answers the first: committed. Node 2 hears it behind the
+    // appends it has not answered, as it would have before commit indexes
+    // waited, though its second batch still waits.
+    let ack = |index| MessageBody::AppendResponse { reject: false, index, hint: LogId::default() };
+    leader.node.step(reply(3, Term(term), ack(first)));
+    leader.turn(at(t + 400), t / 1_000, false);
+    assert_eq!(leader.node.status().commit, first.0);
     let sent = answer_from(&leader, &outbox, &[]);
-    assert_eq!(commits_to(&sent, 2), vec![forwarded_entry], "{sent:?}");
-    // Its answer then changes nothing: it knows.
-    leader.node.step(reply(2, Term(term), MessageBody::AppendResponse { reject: false, index: forwarded_entry, hint: LogId::default() }));
-    leader.turn(at(t + 200), t / 1_000, false);
-    assert!(commits_to(&answer_from(&leader, &outbox, &[]), 2).is_empty());
+    assert_eq!(commits_to(&sent, 2), vec![first], "{sent:?}");
+    // Node 3's answer to the second commits it, and node 2 hears that at
+    // once too.
+    leader.node.step(reply(2, Term(term), ack(first)));
+    leader.node.step(reply(3, Term(term), ack(second)));
+    leader.turn(at(t + 500), t / 1_000, false);
+    assert_eq!(leader.node.status().commit, second.0);
+    let sent = answer_from(&leader, &outbox, &[]);
+    assert_eq!(commits_to(&sent, 2), vec![second], "{sent:?}");
 }
 
 /// Node 2's batch `seq` of one put.

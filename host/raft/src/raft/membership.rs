@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use super::Raft;
 use crate::error::ProposeError;
-use crate::progress::Progress;
+use crate::progress::{Progress, ProgressState};
 use crate::storage::LogReader;
 use crate::types::{Entry, EntryPayload, Index, LogId, Membership, MembershipChange, NodeId, Role};
 
@@ -130,7 +130,9 @@ impl<L: LogReader> Raft<L> {
                     // only one of them with this leader's whole log could
                     // win the next election.
                     for id in self.followers() {
-                        if !self.maybe_send_append(id, true) {
+                        let waits_for_snapshot =
+                            self.progress.get(&id).is_some_and(|pr| matches!(pr.state, ProgressState::Snapshot { .. }));
+                        if !waits_for_snapshot && !self.maybe_send_append(id, true) {
                             self.send_empty_append(id); // paused: probing, or a full window
                         }
                     }

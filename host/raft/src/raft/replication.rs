@@ -284,16 +284,18 @@ impl<L: LogReader> Raft<L> {
         }
     }
 
-    /// Leader: whether follower `to` was not sent the commit index yet and
-    /// could be sent an append now (the broadcast after a commit would
-    /// have sent it one).
+    /// Leader: whether replicating follower `to` was not sent the commit
+    /// index yet and could be sent an append now (the broadcast after a
+    /// commit would have sent it one). A probing follower hears it as its
+    /// probes are answered, and one waiting for a snapshot has no use for
+    /// it: an append to either would be a probe, or a snapshot sent again.
     pub(crate) fn commit_update_due(&self, to: NodeId) -> bool {
         if self.role != Role::Leader || to == self.id {
             return false;
         }
-        self.progress
-            .get(&to)
-            .is_some_and(|pr| !pr.is_paused() && pr.commit_sent < self.log.committed)
+        self.progress.get(&to).is_some_and(|pr| {
+            pr.state == ProgressState::Replicate && !pr.is_paused() && pr.commit_sent < self.log.committed
+        })
     }
 
     /// Leader: sends the commit index, in an append, to each follower
