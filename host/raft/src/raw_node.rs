@@ -272,10 +272,7 @@ impl<L: LogReader> RawNode<L> {
     /// replicates to).
     #[must_use]
     pub fn commit_sent(&self, to: NodeId) -> Option<Index> {
-        if self.raft.role != Role::Leader || to == self.raft.id {
-            return None;
-        }
-        self.raft.progress.get(&to).map(|pr| pr.commit_sent)
+        self.raft.follower(to).map(|pr| pr.commit_sent)
     }
 
     /// The commit index this node knows.

@@ -177,6 +177,15 @@ impl Storage {
     }
 }
 
+/// Read options that read at `snapshot` (`None`: the live keyspace).
+fn options_at(snapshot: Option<&SnapshotWithThreadMode<'static, DB>>) -> rocksdb::ReadOptions {
+    let mut opts = rocksdb::ReadOptions::default();
+    if let Some(s) = snapshot {
+        opts.set_snapshot(s);
+    }
+    opts
+}
+
 /// Reads the plugin keyspace.
 pub struct StateReader {
     /// The options of every point read, made once (a put reads its key
@@ -195,11 +204,7 @@ impl std::fmt::Debug for StateReader {
 
 impl StateReader {
     fn new(snapshot: Option<SnapshotWithThreadMode<'static, DB>>, db: Arc<crate::rocks::Db>) -> Self {
-        let mut point_read = rocksdb::ReadOptions::default();
-        if let Some(s) = &snapshot {
-            point_read.set_snapshot(s);
-        }
-        Self { point_read, snapshot, db }
+        Self { point_read: options_at(snapshot.as_ref()), snapshot, db }
     }
 
     fn cf(&self) -> &rocksdb::ColumnFamily {
@@ -207,11 +212,7 @@ impl StateReader {
     }
 
     pub(crate) fn read_options(&self) -> rocksdb::ReadOptions {
-        let mut opts = rocksdb::ReadOptions::default();
-        if let Some(s) = &self.snapshot {
-            opts.set_snapshot(s);
-        }
-        opts
+        options_at(self.snapshot.as_ref())
     }
 
     /// The value under `key`.

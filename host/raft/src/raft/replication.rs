@@ -290,12 +290,18 @@ impl<L: LogReader> Raft<L> {
     /// probes are answered, and one waiting for a snapshot has no use for
     /// it: an append to either would be a probe, or a snapshot sent again.
     pub(crate) fn commit_update_due(&self, to: NodeId) -> bool {
-        if self.role != Role::Leader || to == self.id {
-            return false;
-        }
-        self.progress.get(&to).is_some_and(|pr| {
+        self.follower(to).is_some_and(|pr| {
             pr.state == ProgressState::Replicate && !pr.is_paused() && pr.commit_sent < self.log.committed
         })
+    }
+
+    /// Leader: the progress of follower `to` (`None`: not a member this
+    /// leader replicates to).
+    pub(crate) fn follower(&self, to: NodeId) -> Option<&crate::progress::Progress> {
+        if self.role != Role::Leader || to == self.id {
+            return None;
+        }
+        self.progress.get(&to)
     }
 
     /// Leader: sends the commit index, in an append, to each follower
