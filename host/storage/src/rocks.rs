@@ -381,26 +381,47 @@ impl Storage {
         *self.hard_state.lock()
     }
 
-    /// Bytes on disk of the store's table files: all of them, and those
-    /// live in its current version (what compaction would keep).
+    /// Bytes on disk of the store's table and blob files (and memtables):
+    /// all of them, and those live in its current version (what compaction
+    /// would keep).
     pub fn size_bytes(&self) -> (u64, u64) {
         let (mut total, mut live) = (0, 0);
         for name in COLUMN_FAMILIES {
             let cf = self.cf(name);
             let prop = |p: &str| self.db.property_int_value_cf(cf, p).ok().flatten().unwrap_or(0);
-            total += prop("rocksdb.total-sst-files-size") + prop("rocksdb.cur-size-all-mem-tables");
-            live += prop("rocksdb.live-sst-files-size") + prop("rocksdb.cur-size-all-mem-tables");
+            let memtables = prop("rocksdb.cur-size-all-mem-tables");
+            total += prop("rocksdb.total-sst-files-size") + prop("rocksdb.total-blob-file-size") + memtables;
+            live += prop("rocksdb.live-sst-files-size")
+                + prop("rocksdb.live-blob-file-size").saturating_sub(prop("rocksdb.live-blob-file-garbage-size"))
+                + memtables;
         }
         (total, live)
     }
 
     /// Rewrites every column family's table files down to what is live,
     /// reclaiming the space of deleted and overwritten records (etcd's
-    /// defragment). Blocks for as long as RocksDB takes; reads and writes
-    /// go on meanwhile.
+    /// defragment), blob files included: for its duration, compactions
+    /// move the live values out of every blob file, not only the oldest.
+    /// Blocks for as long as RocksDB takes; reads and writes go on
+    /// meanwhile.
     pub fn compact_files(&self) {
         for name in COLUMN_FAMILIES {
-            self.db.compact_range_cf(self.cf(name), None::<&[u8]>, None::<&[u8]>);
+            let cf = self.cf(name);
+            let blobs = name == CF_LOG || name == CF_STATE;
+            if blobs {
+                self.set_blob_gc_age_cutoff(cf, 1.0);
+            }
+            self.db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+            if blobs {
+                self.set_blob_gc_age_cutoff(cf, BLOB_GC_AGE_CUTOFF);
+            }
+        }
+    }
+
+    fn set_blob_gc_age_cutoff(&self, cf: &rocksdb::ColumnFamily, cutoff: f64) {
+        let cutoff = cutoff.to_string();
+        if let Err(e) = self.db.set_options_cf(cf, &[("blob_garbage_collection_age_cutoff", cutoff.as_str())]) {
+            tracing::warn!(error = %e, "cannot change the blob files' garbage collection");
         }
     }
 
@@ -483,6 +504,29 @@ const SMALL_MEMTABLE_BYTES: usize = 4 << 20;
 const MAX_TOTAL_WAL_BYTES: u64 = 2 * MEMTABLES_BYTES as u64;
 /// One block cache for every column family.
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
+/// Values from this size on are kept in blob files (see [`blob_values`]).
+const MIN_BLOB_BYTES: u64 = 4 << 10;
+
+/// Large values apart from their keys (RocksDB's integrated BlobDB): a
+/// flush writes each such value once, to a blob file, and compactions move
+/// only its reference. Kept in the table files, every 64 KiB value was
+/// written again by each compaction it went through: RocksDB's flush and
+/// compaction threads took two thirds of a member's CPU under 64 KiB puts.
+/// Blob files whose values are all deleted go with the last table file
+/// that referred to them; garbage collection during compactions moves the
+/// live values out of the oldest files (a quarter of them), so that a
+/// value overwritten many times does not keep its old blob files alive.
+fn blob_values(cf: &mut Options) {
+    cf.set_enable_blob_files(true);
+    cf.set_min_blob_size(MIN_BLOB_BYTES);
+    cf.set_blob_file_size(64 << 20);
+    cf.set_enable_blob_gc(true);
+    cf.set_blob_gc_age_cutoff(BLOB_GC_AGE_CUTOFF);
+}
+
+/// The oldest blob files, as a fraction of them all, whose live values
+/// compactions move to new files.
+const BLOB_GC_AGE_CUTOFF: f64 = 0.25;
 
 /// Bounds RocksDB's memory: by default each of the four column families
 /// had two 64 MiB memtables and a 32 MiB block cache of its own (640 MiB
@@ -522,6 +566,9 @@ fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
         };
         cf.set_write_buffer_size(size);
         cf.set_max_write_buffer_number(count);
+        if name == CF_LOG || name == CF_STATE {
+            blob_values(&mut cf);
+        }
         if name == CF_STATE {
             // Every put reads its key first, and most such reads find it in
             // a table file or nowhere: a whole-key filter in each memtable

@@ -106,6 +106,40 @@ fn a_snapshot_travels_in_bounded_parts_and_installs_whole() {
     assert_installed(&open(b.path()), &src, &meta);
 }
 
+/// Values of 4 KiB and more live in blob files, apart from their keys: a
+/// snapshot carries them, installs them and is sent on again; the store's
+/// size counts them; compacting its files (etcd's defragment) reclaims the
+/// space of overwritten ones.
+#[test]
+fn large_values_in_blob_files_travel_in_snapshots_and_are_counted_and_reclaimed() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (src, meta) = source(a.path(), 40, 64 << 10);
+    let (total, live) = src.size_bytes();
+    assert!(live >= 40 * (64 << 10) && total >= live, "total {total}, live {live}");
+    let dst = target(b.path());
+    dst.install_snapshot(send(&src, &meta, &dst, u64::MAX).unwrap()).unwrap();
+    assert_installed(&dst, &src, &meta);
+    drop(dst);
+    assert_installed(&open(b.path()), &src, &meta);
+
+    // Every value overwritten twice, each time flushed with a snapshot.
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("key/{i:08}").into_bytes()).collect();
+    let none: [(u64, Option<&[u8]>); 0] = [];
+    for round in 0..2u64 {
+        let value = vec![round as u8; 64 << 10];
+        let writes = keys.iter().map(|k| StateWrite { key: k, value: Some(&value) });
+        src.apply(LogId::new(3, 11 + round), writes, none).unwrap();
+        src.take_snapshot().unwrap();
+    }
+    let (before, _) = src.size_bytes();
+    assert!(before >= 3 * 40 * (64 << 10), "three generations of values on disk: {before} bytes");
+    src.compact_files();
+    let (after, live) = src.size_bytes();
+    assert!(after < 2 * 40 * (64 << 10), "compacting reclaimed the overwritten values: {before} -> {after} bytes");
+    assert!(live >= 40 * (64 << 10), "the live values stay: {live} bytes");
+    assert_eq!(src.consistent_reader().get(&keys[7]).unwrap(), Some(vec![1u8; 64 << 10]));
+}
+
 #[test]
 fn a_snapshot_over_the_size_limit_is_refused_and_leaves_nothing() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
