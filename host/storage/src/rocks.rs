@@ -111,6 +111,7 @@ impl Storage {
             options,
             append_stall_ms: Arc::default(),
         };
+        storage.remove_stale_sending_dirs();
         storage.check_node_id(node_id)?;
         storage.finish_interrupted_install()?;
         storage.load()?;
@@ -405,13 +406,20 @@ impl Storage {
     /// Blocks for as long as RocksDB takes; reads and writes go on
     /// meanwhile.
     pub fn compact_files(&self) {
+        // One at a time: a second would reset the cutoff under the first.
+        static ONE_AT_A_TIME: Mutex<()> = parking_lot::const_mutex(());
+        let _one = ONE_AT_A_TIME.lock();
+        // The bottommost level too, rewritten in place: by default RocksDB
+        // leaves it as it is, with the references into old blob files.
+        let mut opts = rocksdb::CompactOptions::default();
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
         for name in COLUMN_FAMILIES {
             let cf = self.cf(name);
             let blobs = name == CF_LOG || name == CF_STATE;
             if blobs {
                 self.set_blob_gc_age_cutoff(cf, 1.0);
             }
-            self.db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+            self.db.compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &opts);
             if blobs {
                 self.set_blob_gc_age_cutoff(cf, BLOB_GC_AGE_CUTOFF);
             }

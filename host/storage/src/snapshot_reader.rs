@@ -25,8 +25,9 @@ enum Section {
 /// Reads the snapshot at one index out of its checkpoint, a part of about
 /// [`SNAPSHOT_PART_BYTES`] at a time, so that sending a snapshot of any
 /// size holds one part in memory. The checkpoint stays readable while the
-/// reader lives, even if a newer snapshot removes its directory: every file
-/// is opened when the reader is.
+/// reader lives, even if a newer snapshot removes its directory: the reader
+/// reads links of its own to the checkpoint's files
+/// ([`Storage::snapshot_reader`]).
 pub struct SnapshotReader {
     db: DB,
     index: Index,
@@ -36,7 +37,22 @@ pub struct SnapshotReader {
     after: Option<Vec<u8>>,
     /// Pairs read so far, all sections together.
     pairs: u64,
+    /// The reader's own directory, removed after `db` closes (fields drop
+    /// in order).
+    _links: Option<RemovedOnDrop>,
 }
+
+/// A directory removed when this is dropped.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The prefix of a sending reader's directory beside the data directory.
+pub(crate) const SENDING_PREFIX: &str = "sending-";
 
 impl std::fmt::Debug for SnapshotReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,13 +61,42 @@ impl std::fmt::Debug for SnapshotReader {
 }
 
 impl Storage {
-    /// Opens the snapshot at `index` (the latest one) for sending.
+    /// Opens the snapshot at `index` (the latest one) for sending. It reads
+    /// hard links of its own to the checkpoint's files, in a directory
+    /// beside the data directory that goes with the reader: RocksDB opens
+    /// a blob file only when it first reads a value in it, so a reader of
+    /// the checkpoint directory itself failed once a newer snapshot had
+    /// removed it.
     pub fn snapshot_reader(&self, index: Index) -> Result<SnapshotReader, StorageError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let path = self.checkpoint_path(index);
         if !path.exists() {
             return Err(StorageError::Incompatible(format!("no snapshot at index {index}")));
         }
-        SnapshotReader::open_checkpoint(&path, Some(index))
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let links = RemovedOnDrop(self.sibling_dir(&format!("{SENDING_PREFIX}{}-{n}", std::process::id())));
+        let io = |e: std::io::Error| StorageError::Rocks(format!("linking snapshot {index}'s files for sending: {e}"));
+        std::fs::create_dir_all(&links.0).map_err(io)?;
+        for entry in std::fs::read_dir(&path).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            std::fs::hard_link(entry.path(), links.0.join(entry.file_name())).map_err(io)?;
+        }
+        let mut reader = SnapshotReader::open_checkpoint(&links.0, Some(index))?;
+        reader._links = Some(links);
+        Ok(reader)
+    }
+
+    /// Removes the directories of sending readers that a process which
+    /// died left behind (at open: no reader of this store lives yet).
+    pub(crate) fn remove_stale_sending_dirs(&self) {
+        let stale = self.sibling_dir(SENDING_PREFIX);
+        let (Some(parent), Some(prefix)) = (stale.parent(), stale.file_name().and_then(|n| n.to_str())) else { return };
+        let Ok(entries) = std::fs::read_dir(parent) else { return };
+        for entry in entries.flatten() {
+            if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
     }
 }
 
@@ -73,7 +118,7 @@ impl SnapshotReader {
                 detail: format!("the checkpoint holds the state applied at {}", applied.index),
             });
         }
-        Ok(SnapshotReader { db, index: applied.index, term: applied.term.0, section: Section::State, after: None, pairs: 0 })
+        Ok(SnapshotReader { db, index: applied.index, term: applied.term.0, section: Section::State, after: None, pairs: 0, _links: None })
     }
 }
 

@@ -241,6 +241,36 @@ fn a_reader_outlives_its_checkpoint_directory() {
     assert_eq!(first.state.len() + rest.state.len(), 2000);
 }
 
+/// The same with values in several blob files, which RocksDB opens only
+/// when it first reads from them; and the reader's own links go with it.
+#[test]
+fn a_reader_of_large_values_outlives_its_checkpoint_directory() {
+    let a = tempfile::tempdir().unwrap();
+    let s = open(a.path());
+    s.bootstrap(&Membership::new([NodeId(1)])).unwrap();
+    let none: [(u64, Option<&[u8]>); 0] = [];
+    // Three flushes, three blob files of 64 KiB values.
+    for file in 0..3u64 {
+        let value = vec![file as u8; 64 << 10];
+        let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("key/{file}/{i:04}").into_bytes()).collect();
+        s.apply(LogId::new(3, 8 + file), keys.iter().map(|k| StateWrite { key: k, value: Some(&value) }), none).unwrap();
+        s.take_snapshot().unwrap();
+    }
+    let mut reader = s.snapshot_reader(Index(10)).unwrap();
+    let first = reader.next_part().unwrap().unwrap();
+    assert!(first.state.len() < 60, "the first part holds only some of the values");
+    s.apply(LogId::new(3, 11), [StateWrite { key: b"later", value: Some(b"x") }], none).unwrap();
+    s.take_snapshot().unwrap();
+    assert!(!a.path().join("db.snapshots").join(format!("{:020}", 10)).exists());
+    let rest = reader.read_all().unwrap();
+    assert_eq!(first.state.len() + rest.state.len(), 60);
+    assert!(rest.state.iter().all(|(k, v)| v.len() == 64 << 10 && v[0] == k[4] - b'0'), "every value read whole");
+    let sending = |dir: &std::path::Path| std::fs::read_dir(dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("db.sending-")).count();
+    assert_eq!(sending(a.path()), 1);
+    drop(reader);
+    assert_eq!(sending(a.path()), 0, "the reader's links go with it");
+}
+
 /// A crash between recording a snapshot and making its checkpoint would
 /// leave a snapshot no one can send; the next open takes a new one.
 #[test]
