@@ -409,10 +409,11 @@ impl Storage {
         // One at a time: a second would reset the cutoff under the first.
         static ONE_AT_A_TIME: Mutex<()> = parking_lot::const_mutex(());
         let _one = ONE_AT_A_TIME.lock();
-        // The bottommost level too, rewritten in place: by default RocksDB
-        // leaves it as it is, with the references into old blob files.
+        // The bottommost level too (except files this call just wrote): by
+        // default RocksDB leaves it as it is, with the references into old
+        // blob files.
         let mut opts = rocksdb::CompactOptions::default();
-        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
         for name in COLUMN_FAMILIES {
             let cf = self.cf(name);
             let blobs = name == CF_LOG || name == CF_STATE;

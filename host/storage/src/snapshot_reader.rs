@@ -42,12 +42,25 @@ pub struct SnapshotReader {
     _links: Option<RemovedOnDrop>,
 }
 
-/// A directory removed when this is dropped.
+/// A sending reader's directory, removed when this is dropped.
 struct RemovedOnDrop(std::path::PathBuf);
+
+/// The directories of this process's live readers: a store opened again in
+/// the same process (a restarted node) leaves them alone.
+static LIVE: parking_lot::Mutex<std::collections::BTreeSet<std::path::PathBuf>> =
+    parking_lot::const_mutex(std::collections::BTreeSet::new());
+
+impl RemovedOnDrop {
+    fn new(dir: std::path::PathBuf) -> Self {
+        LIVE.lock().insert(dir.clone());
+        RemovedOnDrop(dir)
+    }
+}
 
 impl Drop for RemovedOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        LIVE.lock().remove(&self.0);
     }
 }
 
@@ -74,8 +87,12 @@ impl Storage {
             return Err(StorageError::Incompatible(format!("no snapshot at index {index}")));
         }
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let links = RemovedOnDrop(self.sibling_dir(&format!("{SENDING_PREFIX}{}-{n}", std::process::id())));
+        let links = RemovedOnDrop::new(self.sibling_dir(&format!("{SENDING_PREFIX}{}-{n}", std::process::id())));
         let io = |e: std::io::Error| StorageError::Rocks(format!("linking snapshot {index}'s files for sending: {e}"));
+        // Left by a process that had this one's id, if any.
+        if links.0.exists() {
+            std::fs::remove_dir_all(&links.0).map_err(io)?;
+        }
         std::fs::create_dir_all(&links.0).map_err(io)?;
         for entry in std::fs::read_dir(&path).map_err(io)? {
             let entry = entry.map_err(io)?;
@@ -87,13 +104,14 @@ impl Storage {
     }
 
     /// Removes the directories of sending readers that a process which
-    /// died left behind (at open: no reader of this store lives yet).
+    /// died left behind (at open: no reader of this store lives, except in
+    /// this process if it opened the store before).
     pub(crate) fn remove_stale_sending_dirs(&self) {
         let stale = self.sibling_dir(SENDING_PREFIX);
         let (Some(parent), Some(prefix)) = (stale.parent(), stale.file_name().and_then(|n| n.to_str())) else { return };
         let Ok(entries) = std::fs::read_dir(parent) else { return };
         for entry in entries.flatten() {
-            if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) {
+            if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) && !LIVE.lock().contains(&entry.path()) {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }

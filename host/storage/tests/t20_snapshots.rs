@@ -242,7 +242,9 @@ fn a_reader_outlives_its_checkpoint_directory() {
 }
 
 /// The same with values in several blob files, which RocksDB opens only
-/// when it first reads from them; and the reader's own links go with it.
+/// when it first reads from them, across the store being opened again in
+/// the same process (a restarted node); and the reader's own links go with
+/// it.
 #[test]
 fn a_reader_of_large_values_outlives_its_checkpoint_directory() {
     let a = tempfile::tempdir().unwrap();
@@ -259,6 +261,8 @@ fn a_reader_of_large_values_outlives_its_checkpoint_directory() {
     let mut reader = s.snapshot_reader(Index(10)).unwrap();
     let first = reader.next_part().unwrap().unwrap();
     assert!(first.state.len() < 60, "the first part holds only some of the values");
+    drop(s);
+    let s = open(a.path());
     s.apply(LogId::new(3, 11), [StateWrite { key: b"later", value: Some(b"x") }], none).unwrap();
     s.take_snapshot().unwrap();
     assert!(!a.path().join("db.snapshots").join(format!("{:020}", 10)).exists());
