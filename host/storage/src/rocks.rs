@@ -416,7 +416,7 @@ impl Storage {
         opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::ForceOptimized);
         for name in COLUMN_FAMILIES {
             let cf = self.cf(name);
-            let blobs = name == CF_LOG || name == CF_STATE;
+            let blobs = takes_values(name);
             if blobs {
                 self.set_blob_gc_age_cutoff(cf, 1.0);
             }
@@ -513,6 +513,12 @@ const SMALL_MEMTABLE_BYTES: usize = 4 << 20;
 const MAX_TOTAL_WAL_BYTES: u64 = 2 * MEMTABLES_BYTES as u64;
 /// One block cache for every column family.
 const BLOCK_CACHE_BYTES: usize = 32 << 20;
+/// Whether column family `name` takes every value written (the log's
+/// entries and the state): large memtables, and blob files.
+fn takes_values(name: &str) -> bool {
+    name == CF_LOG || name == CF_STATE
+}
+
 /// Values from this size on are kept in blob files (see [`blob_values`]).
 const MIN_BLOB_BYTES: u64 = 4 << 10;
 
@@ -568,14 +574,14 @@ fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
     COLUMN_FAMILIES.map(|name| {
         let mut cf = Options::default();
         cf.set_block_based_table_factory(&table);
-        let (size, count) = if name == CF_LOG || name == CF_STATE {
+        let (size, count) = if takes_values(name) {
             (MEMTABLE_BYTES, MEMTABLES_PER_LARGE_CF)
         } else {
             (SMALL_MEMTABLE_BYTES, 2)
         };
         cf.set_write_buffer_size(size);
         cf.set_max_write_buffer_number(count);
-        if name == CF_LOG || name == CF_STATE {
+        if takes_values(name) {
             blob_values(&mut cf);
         }
         if name == CF_STATE {

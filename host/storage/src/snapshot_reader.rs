@@ -65,7 +65,7 @@ impl Drop for RemovedOnDrop {
 }
 
 /// The prefix of a sending reader's directory beside the data directory.
-pub(crate) const SENDING_PREFIX: &str = "sending-";
+const SENDING_PREFIX: &str = "sending-";
 
 impl std::fmt::Debug for SnapshotReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
