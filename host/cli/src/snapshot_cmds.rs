@@ -60,7 +60,7 @@ fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
     let result = (|| {
-        let storage = Storage::open(data, file.id, StorageOptions { sync_log: true })?;
+        let storage = Storage::open(data, file.id, StorageOptions { sync_log: true, ..Default::default() })?;
         storage.restore_backup(&args.file, &Membership::new(voters.iter().copied().map(NodeId)), cluster_id)
     })();
     let summary = match result {

@@ -74,7 +74,7 @@ struct Replica {
 impl Replica {
     fn new(sm: Box<dyn StateMachine>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).expect("storage");
+        let storage = Storage::open(dir.path(), 1, StorageOptions { sync_log: false, ..Default::default() }).expect("storage");
         Self { _dir: dir, storage, sm, next: 1 }
     }
 

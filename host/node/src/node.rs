@@ -302,7 +302,7 @@ impl Node {
         })?;
         tracing::info!(data_dir = %config.data_dir.display(), "opening the data directory");
         let storage = crate::progress::logged("opening the data directory", || {
-            Storage::open(&config.data_dir, config.id, StorageOptions { sync_log: config.sync_log })
+            Storage::open(&config.data_dir, config.id, StorageOptions { sync_log: config.sync_log, ..Default::default() })
         })?;
         let bootstrapping = storage.is_empty()? && !config.join;
         if bootstrapping {

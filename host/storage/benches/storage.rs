@@ -12,7 +12,7 @@ use wasmraft_storage::{StateWrite, Storage, StorageOptions};
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
+    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false, ..Default::default() }).unwrap();
     let mut g = c.benchmark_group("storage");
     g.throughput(Throughput::Elements(100));
     let mut next = 1u64;
@@ -74,7 +74,7 @@ fn bench(c: &mut Criterion) {
 /// in applied batches of 1,000.
 fn filled(n: u64, value: &[u8]) -> (tempfile::TempDir, Storage, Vec<Vec<u8>>) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false }).unwrap();
+    let s = Storage::open(dir.path(), 1, StorageOptions { sync_log: false, ..Default::default() }).unwrap();
     let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("{i:08}").into_bytes()).collect();
     for (batch, chunk) in keys.chunks(1000).enumerate() {
         let none: [(u64, Option<&[u8]>); 0] = [];

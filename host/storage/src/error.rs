@@ -26,6 +26,10 @@ pub enum StorageError {
     /// ([`crate::Storage::crash_after_writes`]); nothing was written.
     #[error("crash point reached (fault injection): the write was not made")]
     Crashed,
+    /// A write that does not wait found the store busy with another
+    /// (the caller tries again later); nothing was written.
+    #[error("busy: {0}")]
+    Busy(&'static str),
 }
 
 impl From<rocksdb::Error> for StorageError {

@@ -20,6 +20,8 @@
 //! Durability contract (what the node relies on):
 //! - [`Storage::append`] writes entries and hard state in one write batch and,
 //!   with `sync`, returns only after fsync: the Raft core may then count them.
+//!   The log's writes are durable in its own write-ahead segments (`wal.rs`,
+//!   `raftlog-*.seg` in the RocksDB directory), not in RocksDB's WAL.
 //! - [`Storage::apply`] writes the plugin's writes and the applied log id in
 //!   one atomic batch, without fsync: after a crash, recovery finds the state
 //!   exactly at some applied id and replays the (durable) log from there.
@@ -37,6 +39,7 @@ mod snapshot_reader;
 mod snapshot_staging;
 mod state;
 mod term_index;
+mod wal;
 
 pub use backup::{BackupReader, BackupSummary, verify as verify_backup, write_backup};
 pub use error::StorageError;

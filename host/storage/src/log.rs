@@ -1,7 +1,7 @@
 //! The Raft log: appends with fsync, truncation of a conflicting suffix, and
 //! the core's read-only [`LogReader`] view.
 
-use rocksdb::{WriteBatch, WriteOptions};
+use rocksdb::WriteBatch;
 use wasmraft_raft::{Entry, HardState, Index, LogReader, Membership, SnapshotMeta, Term};
 
 use crate::codec;
@@ -29,7 +29,8 @@ fn to_raft(e: StorageError) -> wasmraft_raft::StorageError {
 impl Storage {
     /// Appends `entries` (replacing any existing suffix from the first of them
     /// on) and saves `hard_state`, in one write batch. With `sync` and the
-    /// `sync_log` option (the default), fsyncs before returning.
+    /// `sync_log` option (the default), fsyncs before returning (the log's
+    /// own write-ahead segments, `wal.rs`).
     ///
     /// `entries` must be contiguous and start at most one past the last index.
     pub fn append(&self, entries: &[Entry], hard_state: Option<&HardState>, sync: bool) -> Result<(), StorageError> {
@@ -82,19 +83,10 @@ impl Storage {
         if note.is_some() {
             self.put_log_time_note(&mut batch, note);
         }
-        // Written, then synced apart: a write with RocksDB's own sync holds
-        // its write queue for the whole fsync, and the apply thread's state
-        // writes queued behind it (200-400 us a batch under load). Syncing
-        // the WAL apart lets them through meanwhile. The entries are in the
-        // store before they are durable, but nothing reads them until the
-        // bounds move below, after the sync, and the Raft loop counts them
-        // only once this returns.
-        let mut opts = WriteOptions::default();
-        opts.set_sync(false);
-        self.write(batch, &opts)?;
-        if sync && self.options.sync_log {
-            self.db.flush_wal(true)?;
-        }
+        // The entries are in RocksDB before the sync ends, but nothing
+        // reads them until the bounds move below, and the Raft loop counts
+        // them only once this returns.
+        self.write_logged(batch, sync)?;
         if let Some(first) = entries.first() {
             // Terms before bounds: a reader within the bounds finds its term.
             self.terms.lock().appended(first.log_id.index, entries.iter().map(|e| e.log_id.term));

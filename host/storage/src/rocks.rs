@@ -10,6 +10,7 @@ use crate::codec;
 use crate::error::StorageError;
 use crate::log_time_note::LogTimeNote;
 use crate::term_index::TermIndex;
+use crate::wal::LogWal;
 
 pub(crate) const CF_LOG: &str = "log";
 pub(crate) const CF_RAFT: &str = "raft";
@@ -28,6 +29,8 @@ pub(crate) const KEY_REMOVED: &[u8] = b"removed_members";
 pub(crate) const KEY_LOG_TIME_NOTE: &[u8] = b"log_time_note";
 /// The note's boot time, apart (see `LogTimeNote::encode`).
 pub(crate) const KEY_LOG_TIME_BOOT: &[u8] = b"log_time_boot";
+/// The last record of the log's write-ahead segments in this write (`wal.rs`).
+pub(crate) const KEY_WAL_SEQ: &[u8] = b"log_wal_seq";
 
 /// How to open the store.
 #[derive(Clone, Debug)]
@@ -35,11 +38,15 @@ pub struct StorageOptions {
     /// Fsync log appends before they count (turn off only for benchmarks of
     /// everything else; a node without it can lose acknowledged writes).
     pub sync_log: bool,
+    /// Bytes of each of the log's two write-ahead segments, allocated on
+    /// disk when the store is made (default 64 MiB; smaller in tests that
+    /// fill them).
+    pub log_segment_bytes: u64,
 }
 
 impl Default for StorageOptions {
     fn default() -> Self {
-        Self { sync_log: true }
+        Self { sync_log: true, log_segment_bytes: crate::wal::SEGMENT_BYTES }
     }
 }
 
@@ -63,6 +70,8 @@ pub struct Storage {
     /// with the bounds.
     pub(crate) terms: Arc<Mutex<TermIndex>>,
     pub(crate) hard_state: Arc<Mutex<HardState>>,
+    /// Where the log's writes become durable (`wal.rs`).
+    pub(crate) wal: Arc<LogWal>,
     pub(crate) options: StorageOptions,
     /// Fault injection: milliseconds each synced log append waits first.
     /// See [`Storage::stall_synced_appends`].
@@ -99,8 +108,11 @@ impl Storage {
         db_opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         let cfs = bounded_memory(&mut db_opts);
         let db = DB::open_cf_descriptors(&db_opts, dir, cfs)?;
+        let db = Db { db, writes_left: AtomicU64::new(u64::MAX) };
+        check_node_id(&db, node_id)?;
+        let wal = LogWal::open(dir, options.log_segment_bytes, &db)?;
         let storage = Self {
-            db: Arc::new(Db { db, writes_left: AtomicU64::new(u64::MAX) }),
+            db: Arc::new(db),
             bounds: Arc::new(Mutex::new(Bounds {
                 first: Index(1),
                 last: Index(0),
@@ -108,35 +120,15 @@ impl Storage {
             })),
             terms: Arc::default(),
             hard_state: Arc::new(Mutex::new(HardState::default())),
+            wal: Arc::new(wal),
             options,
             append_stall_ms: Arc::default(),
         };
         storage.remove_stale_sending_dirs();
-        storage.check_node_id(node_id)?;
         storage.finish_interrupted_install()?;
         storage.load()?;
         storage.ensure_checkpoint()?;
         Ok(storage)
-    }
-
-    fn check_node_id(&self, node_id: u64) -> Result<(), StorageError> {
-        let cf = self.cf(CF_META);
-        match self.db.get_cf(cf, KEY_NODE_ID)? {
-            Some(bytes) => {
-                let stored = codec::decode_u64("node id", &bytes)?;
-                if stored != node_id {
-                    return Err(StorageError::Incompatible(format!(
-                        "the directory belongs to node {stored}, not node {node_id}"
-                    )));
-                }
-            }
-            None => {
-                let mut batch = WriteBatch::default();
-                batch.put_cf(cf, KEY_NODE_ID, codec::encode_u64(node_id));
-                self.write(batch, &self.sync_opts())?;
-            }
-        }
-        Ok(())
     }
 
     fn load(&self) -> Result<(), StorageError> {
@@ -202,6 +194,12 @@ impl Storage {
         self.db.writes_left.store(writes, Ordering::Release);
     }
 
+    /// Whether the store acts as if its process died: a crash point was
+    /// set and reached.
+    pub(crate) fn crash_point_reached(&self) -> bool {
+        self.db.crashed()
+    }
+
     /// Whether a crash point is set ([`Storage::crash_after_writes`]): the
     /// store may already refuse writes, or will after a few more.
     pub fn crash_point_set(&self) -> bool {
@@ -220,13 +218,14 @@ impl Storage {
     /// not synced: a crash may leave the note before it, which counts
     /// only stamps the log held then (the caller's concern: notes of a
     /// new term go with its entries, `append_noted`, and of a rewind
-    /// synced, `replace_log_time_note`), so it lags, never leads.
+    /// synced, `replace_log_time_note`), so it lags, never leads. Never
+    /// waits for another write to the log: [`StorageError::Busy`] instead,
+    /// and the caller notes again later.
     pub fn note_log_time(&self, note: &LogTimeNote) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         self.put_log_time_note(&mut batch, Some(note));
-        let mut opts = WriteOptions::default();
-        opts.set_sync(false);
-        self.write(batch, &opts)
+        // From the Raft loop's thread: never behind a log write or a flush.
+        self.try_write_logged(batch)
     }
 
     /// Replaces the log-time note (`None`: removes it), synced like the
@@ -237,7 +236,7 @@ impl Storage {
     pub fn replace_log_time_note(&self, note: Option<&LogTimeNote>) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         self.put_log_time_note(&mut batch, note);
-        self.write(batch, &self.sync_opts())
+        self.write_logged(batch, true)
     }
 
     /// Adds `note` (`None`: its removal) to `batch`, under both its keys.
@@ -455,7 +454,7 @@ pub(crate) struct Db {
 
 impl Db {
     /// Whether the store acts as if its process died.
-    fn crashed(&self) -> bool {
+    pub(crate) fn crashed(&self) -> bool {
         self.writes_left.load(Ordering::Acquire) == 0
     }
 
@@ -601,4 +600,24 @@ fn bounded_memory(db_opts: &mut Options) -> [ColumnFamilyDescriptor; 4] {
         }
         ColumnFamilyDescriptor::new(name, cf)
     })
+}
+
+/// Refuses a directory written by another node id; records the id in a
+/// new one. Before anything else of the store is opened or written.
+fn check_node_id(db: &Db, node_id: u64) -> Result<(), StorageError> {
+    let cf = db.cf_handle(CF_META).expect("column family created at open");
+    match db.get_cf(cf, KEY_NODE_ID)? {
+        Some(bytes) => {
+            let stored = codec::decode_u64("node id", &bytes)?;
+            if stored != node_id {
+                return Err(StorageError::Incompatible(format!("the directory belongs to node {stored}, not node {node_id}")));
+            }
+        }
+        None => {
+            let mut opts = WriteOptions::default();
+            opts.set_sync(true);
+            db.put_cf_opt(cf, KEY_NODE_ID, codec::encode_u64(node_id), &opts)?;
+        }
+    }
+    Ok(())
 }

@@ -204,7 +204,9 @@ impl Storage {
         let mut batch = WriteBatch::default();
         batch.put_cf(self.cf(CF_RAFT), KEY_SNAPSHOT, codec::encode_snapshot_meta(meta));
         batch.delete_range_cf(self.cf(CF_LOG), encode_index(Index(0)), encode_index(meta.last.index.next()));
-        self.write(batch, &self.sync_opts())?;
+        // With the log's writes, in their order: a restart that writes the
+        // unflushed ones again must not bring back entries dropped here.
+        self.write_logged(batch, true)?;
         bounds.first = meta.last.index.next();
         bounds.before_first = meta.last;
         bounds.last = bounds.last.max(meta.last.index);

@@ -289,7 +289,23 @@ impl Storage {
             clear.delete_range_cf(metacf, prefix, prefix_end(prefix).as_slice());
         }
         clear.delete_range_cf(self.cf(CF_LOG), encode_index(Index(0)), encode_index(Index(u64::MAX)));
-        self.write(clear, &self.sync_opts())?;
+        {
+            // The log's records so far go to table files first, and none
+            // comes between: a restart writes again only records after
+            // this point, never an entry or hard state from before it over
+            // the cleared log, nor a snapshot record over the one this
+            // install writes (`wal.rs`). The clear itself is in RocksDB's
+            // WAL, before the files it makes way for. Most of the flush
+            // runs before the segments are held: the Raft loop's notes of
+            // log time do not wait for it.
+            if self.crash_point_reached() {
+                return Err(StorageError::Crashed);
+            }
+            self.db.flush_all(true)?;
+            let _records = self.wal.exclusive();
+            self.db.flush_all(true)?;
+            self.write(clear, &self.sync_opts())?;
+        }
 
         for (file, cf) in [(STATE_FILE, CF_STATE), (META_FILE, CF_META)] {
             let path = dir.join(file);
