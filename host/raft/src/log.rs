@@ -27,6 +27,9 @@ pub(crate) fn fatal<T>(r: Result<T, StorageError>, what: &str) -> T {
     }
 }
 
+/// Bytes of persisted entries kept in memory ([`RaftLog::recent`]).
+const RECENT_BYTES: u64 = 4 << 20;
+
 /// The log: stable view + unstable suffix.
 pub(crate) struct RaftLog<L: LogReader> {
     pub(crate) reader: L,
@@ -35,6 +38,12 @@ pub(crate) struct RaftLog<L: LogReader> {
     /// Entries not yet persisted; `unstable[0]` has index `offset`.
     pub(crate) unstable: Vec<Entry>,
     pub(crate) offset: Index,
+    /// The latest persisted entries, the last of them at `offset - 1`, up
+    /// to [`RECENT_BYTES`]: the committed entries a Ready hands out and the
+    /// appends of a follower just behind come from here, not from a read
+    /// (and decode) of the driver's storage.
+    pub(crate) recent: VecDeque<Entry>,
+    pub(crate) recent_bytes: u64,
     /// The highest index known committed.
     pub(crate) committed: Index,
     /// The highest index handed out in `Ready::committed_entries`.
@@ -67,6 +76,8 @@ impl<L: LogReader> RaftLog<L> {
             unstable_snapshot: None,
             unstable: Vec::new(),
             offset: last.next(),
+            recent: VecDeque::new(),
+            recent_bytes: 0,
             committed,
             handed: start,
             applied: start,
@@ -188,11 +199,23 @@ impl<L: LogReader> RaftLog<L> {
         let mut size = 0u64;
         if lo < self.offset {
             let stable_hi = hi.min(self.offset);
-            out = self.reader.entries(lo, stable_hi, max_bytes)?;
-            if (out.len() as u64) < stable_hi.0 - lo.0 {
-                return Ok(out);
+            let recent_start = Index(self.offset.0 - self.recent.len() as u64);
+            if lo < recent_start {
+                let read_hi = stable_hi.min(recent_start);
+                out = self.reader.entries(lo, read_hi, max_bytes)?;
+                if (out.len() as u64) < read_hi.0 - lo.0 {
+                    return Ok(out);
+                }
+                size = out.iter().map(Entry::size).sum();
             }
-            size = out.iter().map(Entry::size).sum();
+            for i in lo.max(recent_start).0..stable_hi.0 {
+                let e = &self.recent[(i - recent_start.0) as usize];
+                if !out.is_empty() && size + e.size() > max_bytes {
+                    return Ok(out);
+                }
+                size += e.size();
+                out.push(e.clone());
+            }
         }
         let from = lo.max(self.offset);
         for i in from.0..hi.0 {
@@ -271,10 +294,32 @@ impl<L: LogReader> RaftLog<L> {
                 self.conf_entries.insert(e.log_id.index, m.clone());
             }
         }
-        if self.unstable.is_empty() {
+        if self.unstable.is_empty() && self.offset != first.log_id.index {
             self.offset = first.log_id.index;
+            self.forget_recent_from(Index(0));
         }
         self.unstable.extend(entries);
+    }
+
+    /// Keeps `entries`, just persisted and ending at `offset - 1`, in
+    /// memory, the oldest going past [`RECENT_BYTES`].
+    fn keep_recent(&mut self, entries: impl IntoIterator<Item = Entry>) {
+        for e in entries {
+            self.recent_bytes += e.size();
+            self.recent.push_back(e);
+        }
+        while self.recent_bytes > RECENT_BYTES {
+            let Some(e) = self.recent.pop_front() else { break };
+            self.recent_bytes -= e.size();
+        }
+    }
+
+    /// Drops the kept entries from `index` on (a suffix being replaced).
+    fn forget_recent_from(&mut self, index: Index) {
+        while self.recent.back().is_some_and(|e| e.log_id.index >= index) {
+            let e = self.recent.pop_back().expect("checked");
+            self.recent_bytes -= e.size();
+        }
     }
 
     /// Replaces the log from `entries[0]` on.
@@ -293,6 +338,7 @@ impl<L: LogReader> RaftLog<L> {
             // persists these entries.
             self.unstable.clear();
             self.offset = after;
+            self.forget_recent_from(after);
         } else {
             self.unstable.truncate((after.0 - self.offset.0) as usize);
         }
@@ -332,8 +378,9 @@ impl<L: LogReader> RaftLog<L> {
             return; // all replaced since that Ready was built
         };
         let n = (id.index.0 - self.offset.0 + 1) as usize;
-        self.unstable.drain(..n);
+        let persisted: Vec<Entry> = self.unstable.drain(..n).collect();
         self.offset = id.index.next();
+        self.keep_recent(persisted);
     }
 
     /// The driver installed the snapshot through `index`.
@@ -356,6 +403,7 @@ impl<L: LogReader> RaftLog<L> {
         );
         self.unstable.clear();
         self.offset = index.next();
+        self.forget_recent_from(Index(0));
         self.committed = index;
         self.handed = index;
         // What was handed out before is covered by the snapshot.
@@ -419,5 +467,115 @@ impl<L: LogReader> RaftLog<L> {
             self.applying.pop_front();
             self.applying_bytes -= bytes;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::mem_storage::MemStorage;
+    use crate::types::HardState;
+
+    /// The simulator's storage, counting the entries read from it.
+    struct Counting {
+        mem: MemStorage,
+        reads: Cell<u64>,
+    }
+
+    impl LogReader for Counting {
+        fn initial_state(&self) -> Result<(HardState, Membership), StorageError> {
+            self.mem.initial_state()
+        }
+        fn entries(&self, lo: Index, hi: Index, max_bytes: u64) -> Result<Vec<Entry>, StorageError> {
+            let out = self.mem.entries(lo, hi, max_bytes)?;
+            self.reads.set(self.reads.get() + out.len() as u64);
+            Ok(out)
+        }
+        fn term(&self, index: Index) -> Result<Term, StorageError> {
+            self.mem.term(index)
+        }
+        fn first_index(&self) -> Result<Index, StorageError> {
+            self.mem.first_index()
+        }
+        fn last_index(&self) -> Result<Index, StorageError> {
+            self.mem.last_index()
+        }
+        fn snapshot_meta(&self) -> Result<Option<SnapshotMeta>, StorageError> {
+            self.mem.snapshot_meta()
+        }
+    }
+
+    fn entry(term: u64, index: u64, bytes: usize) -> Entry {
+        Entry { log_id: LogId::new(term, index), payload: EntryPayload::Normal(vec![index as u8; bytes]) }
+    }
+
+    fn log() -> RaftLog<Counting> {
+        RaftLog::new(Counting { mem: MemStorage::new(&[1]), reads: Cell::new(0) }, Index(0), Index(0))
+    }
+
+    /// What a driver does with a Ready's entries: store them, report them.
+    fn persist(log: &mut RaftLog<Counting>, entries: &[Entry]) {
+        log.reader.mem.append(entries);
+        log.stable_to(&entries.iter().map(|e| e.log_id).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn committed_entries_just_persisted_come_from_memory() {
+        let mut log = log();
+        let written = vec![entry(1, 1, 10), entry(1, 2, 10), entry(1, 3, 10)];
+        log.append(written.clone());
+        persist(&mut log, &written);
+        log.commit_to(Index(3));
+        assert_eq!(log.take_committed(), written);
+        assert_eq!(log.entries(Index(2), Index(4), u64::MAX).unwrap(), written[1..]);
+        assert_eq!(log.reader.reads.get(), 0, "nothing read back from storage");
+    }
+
+    #[test]
+    fn a_replaced_suffix_is_never_served_from_memory() {
+        let mut log = log();
+        let first = vec![entry(1, 1, 10), entry(1, 2, 10), entry(1, 3, 10)];
+        log.append(first.clone());
+        persist(&mut log, &first);
+        log.commit_to(Index(1));
+        // A new leader's entry 2 replaces 2 and 3, persisted ones.
+        let replacing = vec![entry(2, 2, 20)];
+        log.truncate_and_append(&replacing);
+        assert_eq!(log.entries(Index(1), Index(3), u64::MAX).unwrap(), [first[0].clone(), replacing[0].clone()]);
+        persist(&mut log, &replacing);
+        assert_eq!(log.last_index(), Index(2));
+        assert_eq!(log.entries(Index(1), Index(3), u64::MAX).unwrap(), [first[0].clone(), replacing[0].clone()]);
+        assert_eq!(log.reader.reads.get(), 0);
+    }
+
+    #[test]
+    fn memory_keeps_the_latest_entries_up_to_its_bytes_and_storage_has_the_rest() {
+        let mut log = log();
+        let bytes = 64 << 10;
+        let count = 2 * RECENT_BYTES / bytes as u64;
+        let written: Vec<Entry> = (1..=count).map(|i| entry(1, i, bytes)).collect();
+        for chunk in written.chunks(7) {
+            log.append(chunk.to_vec());
+            persist(&mut log, chunk);
+        }
+        assert!(log.recent_bytes <= RECENT_BYTES && log.recent.len() as u64 >= count / 2 - 1);
+        log.commit_to(Index(count));
+        let mut handed = Vec::new();
+        loop {
+            let batch = log.take_committed();
+            if batch.is_empty() {
+                break;
+            }
+            let last = batch.last().unwrap().log_id.index;
+            handed.extend(batch);
+            log.applied_to(last);
+        }
+        assert_eq!(handed, written);
+        let reads = log.reader.reads.get();
+        assert!(reads > 0 && reads < count, "the oldest from storage, the latest from memory ({reads} of {count} read)");
     }
 }
