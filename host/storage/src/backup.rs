@@ -18,7 +18,6 @@
 //! restored cluster has new members and new clients.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 
 use rocksdb::WriteBatch;
 use sha2::{Digest, Sha256};
@@ -27,7 +26,7 @@ use wasmraft_raft::{Index, Membership};
 use crate::error::StorageError;
 use crate::rocks::{CF_META, CF_STATE, Storage};
 use crate::snapshot::io;
-use crate::snapshot_reader::SnapshotReader;
+use crate::snapshot_reader::{BACKUP_PREFIX, SnapshotReader};
 
 const MAGIC: &[u8; 16] = b"WASMRAFT-BACKUP\0";
 const VERSION: u8 = 1;
@@ -40,8 +39,8 @@ const PLUGIN_PREFIX: &[u8] = b"plugin/";
 /// A consistent copy of the applied state, read a part at a time into the
 /// backup file's bytes. Its checkpoint goes when it is dropped.
 pub struct BackupReader {
-    reader: Option<SnapshotReader>,
-    dir: PathBuf,
+    /// Reads the checkpoint, whose directory goes with it.
+    reader: SnapshotReader,
     hash: Sha256,
     /// Bytes handed out so far.
     written: u64,
@@ -58,14 +57,7 @@ enum Stage {
 
 impl std::fmt::Debug for BackupReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackupReader").field("dir", &self.dir).field("stage", &self.state).finish()
-    }
-}
-
-impl Drop for BackupReader {
-    fn drop(&mut self) {
-        self.reader.take();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        f.debug_struct("BackupReader").field("reader", &self.reader).field("stage", &self.state).finish()
     }
 }
 
@@ -74,21 +66,8 @@ impl Storage {
     /// (one point in time across the keyspace and the applied index) beside
     /// the data directory, read by the returned reader.
     pub fn backup_reader(&self) -> Result<BackupReader, StorageError> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = self.sibling_dir(&format!("backup-{}-{n}", std::process::id()));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(io)?;
-        }
-        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&dir)?;
-        let reader = match SnapshotReader::open_checkpoint(&dir, None) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
-        Ok(BackupReader { reader: Some(reader), dir, hash: Sha256::new(), written: 0, state: Stage::Header })
+        let reader = self.checkpoint_reader(BACKUP_PREFIX)?;
+        Ok(BackupReader { reader, hash: Sha256::new(), written: 0, state: Stage::Header })
     }
 
     /// Fills this empty store from a backup file and makes it the first
@@ -163,7 +142,7 @@ pub struct BackupSummary {
 impl BackupReader {
     /// The applied index the backup holds.
     pub fn index(&self) -> Index {
-        self.reader.as_ref().map_or(Index(0), SnapshotReader::index)
+        self.reader.index()
     }
 
     /// The next bytes of the backup file (about a snapshot part, 1 MiB),
@@ -172,14 +151,14 @@ impl BackupReader {
         let mut out = Vec::new();
         match self.state {
             Stage::Header => {
-                let reader = self.reader.as_ref().expect("open until done");
+                let reader = &self.reader;
                 out.extend_from_slice(MAGIC);
                 out.push(VERSION);
                 out.extend_from_slice(&reader.index().0.to_be_bytes());
                 out.extend_from_slice(&reader.term().to_be_bytes());
                 self.state = Stage::Records;
             }
-            Stage::Records => match self.reader.as_mut().expect("open until done").next_part()? {
+            Stage::Records => match self.reader.next_part()? {
                 Some(part) => {
                     for (kind, pairs) in [(KEYSPACE, &part.state), (NODE_RECORD, &part.system)] {
                         for (k, v) in pairs {

@@ -124,7 +124,7 @@ impl Storage {
             options,
             append_stall_ms: Arc::default(),
         };
-        storage.remove_stale_sending_dirs();
+        storage.remove_stale_reader_dirs();
         storage.finish_interrupted_install()?;
         storage.load()?;
         storage.ensure_checkpoint()?;

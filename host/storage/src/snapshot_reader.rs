@@ -37,13 +37,14 @@ pub struct SnapshotReader {
     after: Option<Vec<u8>>,
     /// Pairs read so far, all sections together.
     pairs: u64,
-    /// The reader's own directory, removed after `db` closes (fields drop
-    /// in order).
+    /// The reader's own directory, if it has one, removed after `db`
+    /// closes (fields drop in order).
     _links: Option<RemovedOnDrop>,
 }
 
-/// A sending reader's directory, removed when this is dropped.
-struct RemovedOnDrop(std::path::PathBuf);
+/// A reader's own directory (a sending reader's links, a backup's
+/// checkpoint), removed when this is dropped.
+pub(crate) struct RemovedOnDrop(pub(crate) std::path::PathBuf);
 
 /// The directories of this process's live readers: a store opened again in
 /// the same process (a restarted node) leaves them alone.
@@ -51,7 +52,7 @@ static LIVE: parking_lot::Mutex<std::collections::BTreeSet<std::path::PathBuf>> 
     parking_lot::const_mutex(std::collections::BTreeSet::new());
 
 impl RemovedOnDrop {
-    fn new(dir: std::path::PathBuf) -> Self {
+    pub(crate) fn new(dir: std::path::PathBuf) -> Self {
         LIVE.lock().insert(dir.clone());
         RemovedOnDrop(dir)
     }
@@ -66,6 +67,8 @@ impl Drop for RemovedOnDrop {
 
 /// The prefix of a sending reader's directory beside the data directory.
 const SENDING_PREFIX: &str = "sending-";
+/// The prefix of a backup's checkpoint beside the data directory.
+pub(crate) const BACKUP_PREFIX: &str = "backup-";
 
 impl std::fmt::Debug for SnapshotReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,18 +106,36 @@ impl Storage {
         Ok(reader)
     }
 
-    /// Removes the directories of sending readers that a process which
-    /// died left behind (at open: no reader of this store lives, except in
-    /// this process if it opened the store before).
-    pub(crate) fn remove_stale_sending_dirs(&self) {
-        let stale = self.sibling_dir(SENDING_PREFIX);
-        let (Some(parent), Some(prefix)) = (stale.parent(), stale.file_name().and_then(|n| n.to_str())) else { return };
-        let Ok(entries) = std::fs::read_dir(parent) else { return };
-        for entry in entries.flatten() {
-            if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) && !LIVE.lock().contains(&entry.path()) {
-                let _ = std::fs::remove_dir_all(entry.path());
+    /// Removes the directories of sending readers and backups that a
+    /// process which died left behind (at open: no reader of this store
+    /// lives, except in this process if it opened the store before).
+    pub(crate) fn remove_stale_reader_dirs(&self) {
+        for what in [SENDING_PREFIX, BACKUP_PREFIX] {
+            let stale = self.sibling_dir(what);
+            let (Some(parent), Some(prefix)) = (stale.parent(), stale.file_name().and_then(|n| n.to_str())) else { return };
+            let Ok(entries) = std::fs::read_dir(parent) else { return };
+            for entry in entries.flatten() {
+                if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) && !LIVE.lock().contains(&entry.path()) {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
             }
         }
+    }
+
+    /// A reader of a new checkpoint of the store as it is now, in
+    /// `<data>.<prefix><pid>-<n>`, which goes with the reader.
+    pub(crate) fn checkpoint_reader(&self, prefix: &str) -> Result<SnapshotReader, StorageError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = RemovedOnDrop::new(self.sibling_dir(&format!("{prefix}{}-{n}", std::process::id())));
+        // Left by a process that had this one's id, if any.
+        if dir.0.exists() {
+            std::fs::remove_dir_all(&dir.0).map_err(crate::snapshot::io)?;
+        }
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&dir.0)?;
+        let mut reader = SnapshotReader::open_checkpoint(&dir.0, None)?;
+        reader._links = Some(dir);
+        Ok(reader)
     }
 }
 

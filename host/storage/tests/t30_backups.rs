@@ -117,3 +117,35 @@ fn a_crafted_body_under_a_good_digest_is_refused_and_writes_nothing() {
         assert!(target.is_empty().unwrap() && target.apply_reader().dump().unwrap().is_empty(), "{name}: nothing written");
     }
 }
+
+/// A backup's checkpoint that a process which died left beside the data
+/// directory is removed at the next open; a live reader's stays while it
+/// reads, even across a reopen in the same process.
+#[test]
+fn checkpoints_of_backups_a_dead_process_left_are_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let backups = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("backup-"))
+            .collect();
+        names.sort();
+        names
+    };
+    drop(source(dir.path(), 10));
+    let stale = dir.path().join("source.backup-4000000-0");
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("000001.sst"), b"left by a crash").unwrap();
+    let s = open(dir.path(), "source");
+    assert_eq!(backups(), Vec::<String>::new(), "the dead process's checkpoint is gone");
+    let reader = s.backup_reader().unwrap();
+    assert_eq!(backups().len(), 1);
+    drop(s);
+    let s = open(dir.path(), "source");
+    assert_eq!(backups().len(), 1, "a live reader's checkpoint survives a reopen");
+    let mut out = Vec::new();
+    write_backup(reader, &mut out).unwrap();
+    assert_eq!(backups(), Vec::<String>::new(), "and goes with the reader");
+    drop(s);
+}
