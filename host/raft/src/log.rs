@@ -337,8 +337,11 @@ impl<L: LogReader> RaftLog<L> {
             // Replaces (part of) the stable log: the driver truncates it when it
             // persists these entries.
             self.unstable.clear();
+            // (`after` past `offset` cannot happen: with nothing unstable,
+            // `offset` is one past the last entry. Were it to, the kept
+            // entries would no longer end at `offset - 1`.)
+            self.forget_recent_from(if after > self.offset { Index(0) } else { after });
             self.offset = after;
-            self.forget_recent_from(after);
         } else {
             self.unstable.truncate((after.0 - self.offset.0) as usize);
         }

@@ -110,14 +110,27 @@ impl Storage {
     /// process which died left behind (at open: no reader of this store
     /// lives, except in this process if it opened the store before).
     pub(crate) fn remove_stale_reader_dirs(&self) {
-        for what in [SENDING_PREFIX, BACKUP_PREFIX] {
-            let stale = self.sibling_dir(what);
-            let (Some(parent), Some(prefix)) = (stale.parent(), stale.file_name().and_then(|n| n.to_str())) else { return };
-            let Ok(entries) = std::fs::read_dir(parent) else { return };
-            for entry in entries.flatten() {
-                if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) && !LIVE.lock().contains(&entry.path()) {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
+        // Only names this store makes (`<data>.sending-<pid>-<n>`, and
+        // RocksDB's `.tmp` of one being made): an operator's own
+        // `<data>.backup-before-upgrade` stays.
+        let ours = |name: &str, prefix: &str| {
+            let Some(rest) = name.strip_prefix(prefix) else { return false };
+            let rest = rest.strip_suffix(".tmp").unwrap_or(rest);
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            rest.split_once('-').is_some_and(|(pid, n)| digits(pid) && digits(n))
+        };
+        let data = self.sibling_dir("");
+        let parent = match data.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        let Some(data_name) = data.file_name().and_then(|n| n.to_str()) else { return };
+        let Ok(entries) = std::fs::read_dir(parent) else { return };
+        for entry in entries.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            let stale = [SENDING_PREFIX, BACKUP_PREFIX].iter().any(|what| ours(&name, &format!("{data_name}{what}")));
+            if stale && !LIVE.lock().contains(&entry.path()) {
+                let _ = std::fs::remove_dir_all(entry.path());
             }
         }
     }

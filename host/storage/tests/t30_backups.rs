@@ -134,11 +134,13 @@ fn checkpoints_of_backups_a_dead_process_left_are_removed_at_open() {
         names
     };
     drop(source(dir.path(), 10));
-    let stale = dir.path().join("source.backup-4000000-0");
-    std::fs::create_dir(&stale).unwrap();
-    std::fs::write(stale.join("000001.sst"), b"left by a crash").unwrap();
+    for left in ["source.backup-4000000-0", "source.backup-4000000-1.tmp", "source.backup-before-upgrade"] {
+        std::fs::create_dir(dir.path().join(left)).unwrap();
+        std::fs::write(dir.path().join(left).join("000001.sst"), b"left behind").unwrap();
+    }
     let s = open(dir.path(), "source");
-    assert_eq!(backups(), Vec::<String>::new(), "the dead process's checkpoint is gone");
+    assert_eq!(backups(), ["source.backup-before-upgrade"], "the dead process's checkpoints are gone, an operator's copy stays");
+    std::fs::remove_dir_all(dir.path().join("source.backup-before-upgrade")).unwrap();
     let reader = s.backup_reader().unwrap();
     assert_eq!(backups().len(), 1);
     drop(s);
