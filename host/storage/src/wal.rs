@@ -316,7 +316,7 @@ impl LogWal {
                     }
                 }
                 // A flush that panicked must not leave writes waiting for it.
-                let unwound = ReportUnwind(flushed.clone());
+                let _unwinding = ReportUnwind(flushed.clone());
                 let result = match db.upgrade() {
                     // A store that acts as if its process died flushes nothing more.
                     Some(db) if db.crashed() => Err(StorageError::Crashed),
@@ -333,7 +333,6 @@ impl LogWal {
                     Err(e) => state.error = Some(e),
                 }
                 flushed.changed.notify_all();
-                std::mem::forget(unwound);
             })
             .map_err(|e| StorageError::Rocks(format!("starting the log's flush thread: {e}")))?;
         *flusher = Some(handle);
@@ -341,11 +340,14 @@ impl LogWal {
     }
 }
 
-/// Dropped only while a flush thread unwinds: its writers get an error.
+/// Gives the writers waiting for a flush an error if its thread panics.
 struct ReportUnwind(Arc<Flushed>);
 
 impl Drop for ReportUnwind {
     fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
         let mut state = self.0.state.lock();
         state.error.get_or_insert(StorageError::Rocks("the log's flush thread panicked".into()));
         self.0.changed.notify_all();
