@@ -194,12 +194,6 @@ impl Storage {
         self.db.writes_left.store(writes, Ordering::Release);
     }
 
-    /// Whether the store acts as if its process died: a crash point was
-    /// set and reached.
-    pub(crate) fn crash_point_reached(&self) -> bool {
-        self.db.crashed()
-    }
-
     /// Whether a crash point is set ([`Storage::crash_after_writes`]): the
     /// store may already refuse writes, or will after a few more.
     pub fn crash_point_set(&self) -> bool {

@@ -84,18 +84,12 @@ impl Storage {
     /// the checkpoint directory itself failed once a newer snapshot had
     /// removed it.
     pub fn snapshot_reader(&self, index: Index) -> Result<SnapshotReader, StorageError> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let path = self.checkpoint_path(index);
         if !path.exists() {
             return Err(StorageError::Incompatible(format!("no snapshot at index {index}")));
         }
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let links = RemovedOnDrop::new(self.sibling_dir(&format!("{SENDING_PREFIX}{}-{n}", std::process::id())));
+        let links = self.reader_dir(SENDING_PREFIX)?;
         let io = |e: std::io::Error| StorageError::Rocks(format!("linking snapshot {index}'s files for sending: {e}"));
-        // Left by a process that had this one's id, if any.
-        if links.0.exists() {
-            std::fs::remove_dir_all(&links.0).map_err(io)?;
-        }
         std::fs::create_dir_all(&links.0).map_err(io)?;
         for entry in std::fs::read_dir(&path).map_err(io)? {
             let entry = entry.map_err(io)?;
@@ -138,6 +132,17 @@ impl Storage {
     /// A reader of a new checkpoint of the store as it is now, in
     /// `<data>.<prefix><pid>-<n>`, which goes with the reader.
     pub(crate) fn checkpoint_reader(&self, prefix: &str) -> Result<SnapshotReader, StorageError> {
+        let dir = self.reader_dir(prefix)?;
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&dir.0)?;
+        let mut reader = SnapshotReader::open_checkpoint(&dir.0, None)?;
+        reader._links = Some(dir);
+        Ok(reader)
+    }
+
+    /// A new reader's own directory, `<data>.<prefix><pid>-<n>` (not made
+    /// yet), which goes when the guard does; one numbering for every
+    /// prefix, so that no two live readers share a name.
+    fn reader_dir(&self, prefix: &str) -> Result<RemovedOnDrop, StorageError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = RemovedOnDrop::new(self.sibling_dir(&format!("{prefix}{}-{n}", std::process::id())));
@@ -145,10 +150,7 @@ impl Storage {
         if dir.0.exists() {
             std::fs::remove_dir_all(&dir.0).map_err(crate::snapshot::io)?;
         }
-        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&dir.0)?;
-        let mut reader = SnapshotReader::open_checkpoint(&dir.0, None)?;
-        reader._links = Some(dir);
-        Ok(reader)
+        Ok(dir)
     }
 }
 

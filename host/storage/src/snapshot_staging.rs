@@ -298,7 +298,7 @@ impl Storage {
             // WAL, before the files it makes way for. Most of the flush
             // runs before the segments are held: the Raft loop's notes of
             // log time do not wait for it.
-            if self.crash_point_reached() {
+            if self.db.crashed() {
                 return Err(StorageError::Crashed);
             }
             self.db.flush_all(true)?;

@@ -358,17 +358,12 @@ impl LogWal {
     /// Syncs `file`, one sync at a time; any failure stops every later write.
     fn sync(&self, file: &File) -> Result<(), StorageError> {
         let _one = self.syncing.lock();
-        let result = file.sync_data();
-        let mut failed = self.failed.lock();
-        if let Err(e) = result {
-            failed.get_or_insert(format!("syncing a log segment: {e}"));
+        if let Err(e) = file.sync_data() {
+            self.fail(format!("syncing a log segment: {e}"));
         }
         // Also a failure another sync met after this record was written:
         // its pages may have been the ones dropped.
-        match &*failed {
-            Some(why) => Err(StorageError::Rocks(format!("the log's write-ahead segments failed earlier ({why}); the node cannot go on"))),
-            None => Ok(()),
-        }
+        self.check_failed()
     }
 
     /// Marks the segments failed: no later write goes through.
