@@ -301,13 +301,8 @@ impl<L: LogReader> RaftLog<L> {
         self.unstable.extend(entries);
     }
 
-    /// Keeps `entries`, just persisted and ending at `offset - 1`, in
-    /// memory, the oldest going past [`RECENT_BYTES`].
-    fn keep_recent(&mut self, entries: impl IntoIterator<Item = Entry>) {
-        for e in entries {
-            self.recent_bytes += e.size();
-            self.recent.push_back(e);
-        }
+    /// Drops the oldest kept entries past [`RECENT_BYTES`].
+    fn trim_recent(&mut self) {
         while self.recent_bytes > RECENT_BYTES {
             let Some(e) = self.recent.pop_front() else { break };
             self.recent_bytes -= e.size();
@@ -381,9 +376,13 @@ impl<L: LogReader> RaftLog<L> {
             return; // all replaced since that Ready was built
         };
         let n = (id.index.0 - self.offset.0 + 1) as usize;
-        let persisted: Vec<Entry> = self.unstable.drain(..n).collect();
+        // Kept in memory: they end at the new `offset - 1`.
+        for e in self.unstable.drain(..n) {
+            self.recent_bytes += e.size();
+            self.recent.push_back(e);
+        }
         self.offset = id.index.next();
-        self.keep_recent(persisted);
+        self.trim_recent();
     }
 
     /// The driver installed the snapshot through `index`.
