@@ -126,6 +126,26 @@ fn limit_malloc_arenas() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
 
+/// Turns transparent huge pages off for this process, as
+/// `MIMALLOC_ALLOW_THP=0` would. mimalloc asks for them on its arenas, so
+/// each time it took memory back from the kernel and handed it out again,
+/// the first touch faulted in a 2 MiB page and zeroed all of it: under
+/// many clients' puts that was 4% of a leader's CPU and 8% of a follower's
+/// apply thread (benches/README.md, "2026-11-29 (night)").
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn disable_transparent_huge_pages() {
+    // SAFETY: this prctl only sets a flag of this process, which the kernel
+    // checks at each later page fault; no memory changes under anyone.
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+        // A kernel without it: the node runs as before, only slower.
+        eprintln!("note: transparent huge pages stay on: {}", std::io::Error::last_os_error());
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn disable_transparent_huge_pages() {}
+
 /// Client commands end quietly, with success, when their output is closed
 /// early (`wasmraft get --prefix '' | head -1`), as Unix tools do: `print!`
 /// panics on a write to a closed pipe, and this hook turns exactly that
@@ -158,6 +178,7 @@ fn main() -> std::process::ExitCode {
     let server = matches!(cli.command, Command::Run(_) | Command::Dev(_));
     if server {
         limit_malloc_arenas();
+        disable_transparent_huge_pages();
     } else {
         end_quietly_on_closed_output();
     }
