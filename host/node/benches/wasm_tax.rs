@@ -135,6 +135,9 @@ fn check_same_semantics() {
 
 fn bench(c: &mut Criterion) {
     check_same_semantics();
+    if selected(PAIRED) {
+        paired_batches_with_storage();
+    }
     for n in [100u64, 1] {
         let mut g = c.benchmark_group(format!("wasm_tax/batch_{n}"));
         g.throughput(Throughput::Elements(n));
@@ -164,6 +167,60 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| b.iter(|| r.sm.apply(view.clone(), &entries).expect("no fatal failure")));
     }
     g.finish();
+}
+
+const PAIRED: &str = "wasm_tax/paired_batch_100";
+
+/// Whether the command line's filter (criterion's first free argument, if
+/// any) selects the bench called `name`.
+fn selected(name: &str) -> bool {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    filter.is_none_or(|f| name.contains(&f))
+}
+
+/// The tax with the storage write, measured in pairs: the batch of 100
+/// with its RocksDB write takes 0.4-0.9 ms on either side depending on
+/// what RocksDB's background threads are doing (flushes and compactions of
+/// a store that grows with every put), so two criterion runs one after the
+/// other differ more than the state machines do. Here the Wasm and native
+/// replicas apply their batches in turn, each on its own store, so that
+/// both meet the same background work; the tax is the ratio of the medians.
+fn paired_batches_with_storage() {
+    const WARM_UP: usize = 200;
+    const PAIRS: usize = 3000;
+    let mut wasm = Replica::new(wasm_kv());
+    let mut native = Replica::new(Box::new(NativeKv));
+    for r in [&mut wasm, &mut native] {
+        while r.next <= KEY_SPACE {
+            let e = r.entries(1000);
+            r.apply(&e);
+        }
+    }
+    let (mut w, mut n) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
+    for i in 0..WARM_UP + PAIRS {
+        // Alternate which goes first, so neither always follows the other.
+        let order: [(&mut Replica, &mut Vec<Duration>); 2] =
+            if i % 2 == 0 { [(&mut wasm, &mut w), (&mut native, &mut n)] } else { [(&mut native, &mut n), (&mut wasm, &mut w)] };
+        for (r, times) in order {
+            let entries = r.entries(100);
+            let start = Instant::now();
+            black_box(r.apply(&entries));
+            if i >= WARM_UP {
+                times.push(start.elapsed());
+            }
+        }
+    }
+    let quantile = |times: &mut Vec<Duration>, q: f64| {
+        times.sort_unstable();
+        times[((times.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6
+    };
+    let (w50, n50) = (quantile(&mut w, 0.5), quantile(&mut n, 0.5));
+    let (w90, n90) = (quantile(&mut w, 0.9), quantile(&mut n, 0.9));
+    println!(
+        "{PAIRED}: {PAIRS} pairs of batches of 100 puts with their storage write, alternated: \
+         Wasm median {w50:.1} us (p90 {w90:.1}), native {n50:.1} us (p90 {n90:.1}); tax {:+.0}% at the median",
+        (w50 / n50 - 1.0) * 100.0
+    );
 }
 
 /// Applies `iters` fresh batches of `n` puts, timing only the apply path
