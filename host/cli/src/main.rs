@@ -135,11 +135,12 @@ fn limit_malloc_arenas() {}
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn disable_transparent_huge_pages() {
+    let (on, unused): (libc::c_ulong, libc::c_ulong) = (1, 0);
     // SAFETY: this prctl only sets a flag of this process, which the kernel
     // checks at each later page fault; no memory changes under anyone.
-    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, on, unused, unused, unused) } != 0 {
         // A kernel without it: the node runs as before, only slower.
-        eprintln!("note: transparent huge pages stay on: {}", std::io::Error::last_os_error());
+        tracing::warn!(error = %std::io::Error::last_os_error(), "transparent huge pages stay on");
     }
 }
 
@@ -178,11 +179,13 @@ fn main() -> std::process::ExitCode {
     let server = matches!(cli.command, Command::Run(_) | Command::Dev(_));
     if server {
         limit_malloc_arenas();
-        disable_transparent_huge_pages();
     } else {
         end_quietly_on_closed_output();
     }
     logging::init(&cli.logging, server);
+    if server {
+        disable_transparent_huge_pages();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
