@@ -84,6 +84,16 @@ impl Replica {
         Self { _dir: dir, storage, sm, next: 1 }
     }
 
+    /// A replica whose key space is filled, so that measured puts overwrite.
+    fn filled(sm: Box<dyn StateMachine>) -> Self {
+        let mut r = Self::new(sm);
+        while r.next <= KEY_SPACE {
+            let e = r.entries(1000);
+            r.apply(&e);
+        }
+        r
+    }
+
     /// The next `n` entries: puts of consecutive keys.
     fn entries(&self, n: u64) -> Vec<EntryInput> {
         self.entries_for((self.next..self.next + n).map(|i| i % KEY_SPACE))
@@ -148,12 +158,7 @@ fn bench(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("wasm_tax/batch_{n}"));
         g.throughput(Throughput::Elements(n));
         for (name, sm) in [("wasm", wasm_kv()), ("native", Box::new(NativeKv) as Box<dyn StateMachine>)] {
-            let mut r = Replica::new(sm);
-            // Fill the key space first, so measured puts overwrite.
-            while r.next <= KEY_SPACE {
-                let e = r.entries(1000);
-                r.apply(&e);
-            }
+            let mut r = Replica::filled(sm);
             g.bench_function(name, |b| b.iter_custom(|iters| timed(iters, &mut r, n)));
         }
         g.finish();
@@ -163,11 +168,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("wasm_tax/apply_only_batch_100");
     g.throughput(Throughput::Elements(100));
     for (name, sm) in [("wasm", wasm_kv()), ("native", Box::new(NativeKv) as Box<dyn StateMachine>)] {
-        let mut r = Replica::new(sm);
-        while r.next <= KEY_SPACE {
-            let e = r.entries(1000);
-            r.apply(&e);
-        }
+        let mut r = Replica::filled(sm);
         let view: Arc<dyn StateView> = Arc::new(StorageView(r.storage.apply_reader()));
         let entries = r.entries(100);
         g.bench_function(name, |b| b.iter(|| r.sm.apply(view.clone(), &entries).expect("no fatal failure")));
@@ -187,14 +188,8 @@ const PAIRED: &str = "wasm_tax/paired_batch_100";
 fn paired_batches_with_storage() {
     const WARM_UP: usize = 200;
     const PAIRS: usize = 3000;
-    let mut wasm = Replica::new(wasm_kv());
-    let mut native = Replica::new(Box::new(NativeKv));
-    for r in [&mut wasm, &mut native] {
-        while r.next <= KEY_SPACE {
-            let e = r.entries(1000);
-            r.apply(&e);
-        }
-    }
+    let mut wasm = Replica::filled(wasm_kv());
+    let mut native = Replica::filled(Box::new(NativeKv));
     let (mut w, mut n) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
     for i in 0..WARM_UP + PAIRS {
         // Alternate which goes first, so neither always follows the other.

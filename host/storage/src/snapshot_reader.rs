@@ -39,12 +39,12 @@ pub struct SnapshotReader {
     pairs: u64,
     /// The reader's own directory, if it has one, removed after `db`
     /// closes (fields drop in order).
-    _links: Option<RemovedOnDrop>,
+    _own_dir: Option<RemovedOnDrop>,
 }
 
 /// A reader's own directory (a sending reader's links, a backup's
 /// checkpoint), removed when this is dropped.
-pub(crate) struct RemovedOnDrop(pub(crate) std::path::PathBuf);
+struct RemovedOnDrop(std::path::PathBuf);
 
 /// The directories of this process's live readers: a store opened again in
 /// the same process (a restarted node) leaves them alone.
@@ -52,7 +52,7 @@ static LIVE: parking_lot::Mutex<std::collections::BTreeSet<std::path::PathBuf>> 
     parking_lot::const_mutex(std::collections::BTreeSet::new());
 
 impl RemovedOnDrop {
-    pub(crate) fn new(dir: std::path::PathBuf) -> Self {
+    fn new(dir: std::path::PathBuf) -> Self {
         LIVE.lock().insert(dir.clone());
         RemovedOnDrop(dir)
     }
@@ -96,7 +96,7 @@ impl Storage {
             std::fs::hard_link(entry.path(), links.0.join(entry.file_name())).map_err(io)?;
         }
         let mut reader = SnapshotReader::open_checkpoint(&links.0, Some(index))?;
-        reader._links = Some(links);
+        reader._own_dir = Some(links);
         Ok(reader)
     }
 
@@ -135,7 +135,7 @@ impl Storage {
         let dir = self.reader_dir(prefix)?;
         rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&dir.0)?;
         let mut reader = SnapshotReader::open_checkpoint(&dir.0, None)?;
-        reader._links = Some(dir);
+        reader._own_dir = Some(dir);
         Ok(reader)
     }
 
@@ -172,7 +172,7 @@ impl SnapshotReader {
                 detail: format!("the checkpoint holds the state applied at {}", applied.index),
             });
         }
-        Ok(SnapshotReader { db, index: applied.index, term: applied.term.0, section: Section::State, after: None, pairs: 0, _links: None })
+        Ok(SnapshotReader { db, index: applied.index, term: applied.term.0, section: Section::State, after: None, pairs: 0, _own_dir: None })
     }
 }
 
