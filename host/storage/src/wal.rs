@@ -542,4 +542,54 @@ mod tests {
         write_segment(&path, &[(u64::MAX, b"a")], &record(0, b"b"));
         assert_eq!(seqs(&path), [u64::MAX]);
     }
+
+    fn entries(storage: &Storage) -> Vec<wasmraft_raft::Entry> {
+        storage.read_entries(wasmraft_raft::Index(1), wasmraft_raft::Index(10)).unwrap()
+    }
+
+    /// Garbage in the segments' places is no record: the log stays as the
+    /// table files have it. A record that skips numbers, or a malformed
+    /// `log_wal_seq`, is a clear `Corrupt` error at open, not a panic.
+    #[test]
+    fn garbage_a_gap_or_a_malformed_sequence_never_passes_for_records() {
+        use wasmraft_raft::{Entry, EntryPayload, LogId};
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("db");
+        let options = || crate::StorageOptions { log_segment_bytes: MIN_SEGMENT_BYTES, ..Default::default() };
+        let written: Vec<Entry> =
+            (1..=3).map(|i| Entry { log_id: LogId::new(1, i), payload: EntryPayload::Normal(vec![i as u8; 100]) }).collect();
+        let storage = Storage::open(&data, 1, options()).unwrap();
+        storage.append(&written, None, true).unwrap();
+        drop(storage); // a clean close flushes the records into table files
+
+        let mut noise = 0x9e37_79b9_7f4a_7c15u64;
+        let garbage: Vec<u8> = (0..MIN_SEGMENT_BYTES)
+            .map(|_| {
+                noise ^= noise << 13;
+                noise ^= noise >> 7;
+                noise ^= noise << 17;
+                noise as u8
+            })
+            .collect();
+        for i in 0..SEGMENTS {
+            std::fs::write(segment_path(&data, i), &garbage).unwrap();
+        }
+        let storage = Storage::open(&data, 1, options()).unwrap();
+        assert_eq!(entries(&storage), written);
+        drop(storage);
+
+        // Records that start far past the last flushed one: some are missing.
+        let mut segment = record(u64::MAX / 2, b"never replayed");
+        segment.resize(MIN_SEGMENT_BYTES as usize, 0);
+        std::fs::write(segment_path(&data, 0), &segment).unwrap();
+        let gap = Storage::open(&data, 1, options()).unwrap_err();
+        assert!(matches!(gap, StorageError::Corrupt { what: "log write-ahead", .. }), "{gap:?}");
+        std::fs::write(segment_path(&data, 0), vec![0u8; MIN_SEGMENT_BYTES as usize]).unwrap();
+
+        let storage = Storage::open(&data, 1, options()).unwrap();
+        storage.db.put_cf(storage.cf(CF_RAFT), KEY_WAL_SEQ, b"abc").unwrap();
+        drop(storage);
+        let malformed = Storage::open(&data, 1, options()).unwrap_err();
+        assert!(matches!(malformed, StorageError::Corrupt { what: "log write-ahead sequence", .. }), "{malformed:?}");
+    }
 }
