@@ -19,6 +19,7 @@ mod metrics;
 pub mod peer;
 mod plugin_service;
 mod raft_service;
+mod safe_channel;
 mod status;
 pub mod tls;
 mod transport;

@@ -22,6 +22,7 @@ use wasmraft_raft::{Message, MessageBody, NodeId};
 
 use crate::lane::{self, Budgets, LaneId, LaneKind, LaneReceiver, LaneSender};
 use crate::peer::{LEADER_TERM, PeerBook, REFUSAL, Refusal};
+use crate::safe_channel::SafeChannel;
 
 /// The most messages sent in one batch.
 const BATCH: usize = 1024;
@@ -310,7 +311,7 @@ async fn stream_snapshot(
         .connect()
         .await
         .map_err(|e| e.to_string())?;
-    let mut client = RaftClient::new(channel).max_encoding_message_size(64 << 20);
+    let mut client = RaftClient::new(SafeChannel(channel)).max_encoding_message_size(64 << 20);
     let pairs = |list: Vec<(Vec<u8>, Vec<u8>)>| {
         list.into_iter()
             .map(|(key, value)| KeyValuePair { key, value })
@@ -405,7 +406,8 @@ async fn lane_task(id: u64, addr: String, kind: LaneKind, lane: LaneReceiver, li
             tracing::info!(peer = id, %addr, lane = kind.name(), failed_attempts = failures, "connected to peer again");
         }
         failures = 0;
-        let mut client = RaftClient::new(channel).max_encoding_message_size(64 << 20);
+        // Whatever answers at the peer's address must not end this task.
+        let mut client = RaftClient::new(SafeChannel(channel)).max_encoding_message_size(64 << 20);
         // Room for one batch: what leaves the lane's budget is at most the
         // batch waiting here and the one the stream is writing.
         let (batches, stream) = mpsc::channel::<RaftBatch>(1);

@@ -222,3 +222,92 @@ async fn a_full_data_lane_drops_and_counts_while_control_flows() {
     assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
     assert_eq!(stats(&s, LaneKind::Data).queued_bytes, 0);
 }
+
+/// A peer that answers its first `garbled` calls at once with a status
+/// whose details are not base64 (tonic's parser panics on them), then
+/// reads the calls after them and counts the heartbeats they carry.
+struct GarblingPeer {
+    addr: String,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    heartbeats: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn garbling_peer(garbled: usize) -> GarblingPeer {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (calls, heartbeats) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (c, h) = (calls.clone(), heartbeats.clone());
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (calls, heartbeats) = (c.clone(), h.clone());
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else { return };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    if calls.fetch_add(1, Ordering::SeqCst) < garbled {
+                        let answer = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .header("grpc-status", "13")
+                            .header("grpc-status-details-bin", "%%% not base64 %%%")
+                            .body(())
+                            .unwrap();
+                        let _ = respond.send_response(answer, true);
+                        continue;
+                    }
+                    let heartbeats = heartbeats.clone();
+                    tokio::spawn(async move {
+                        let mut body = request.into_body();
+                        let mut buf = Vec::new();
+                        while let Some(Ok(data)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(data.len());
+                            buf.extend_from_slice(&data);
+                            // gRPC framing: a flag byte, a big-endian length, the message.
+                            while buf.len() >= 5 {
+                                let len = u32::from_be_bytes(buf[1..5].try_into().unwrap()) as usize;
+                                if buf.len() < 5 + len {
+                                    break;
+                                }
+                                let batch = <RaftBatch as prost::Message>::decode(&buf[5..5 + len]).unwrap();
+                                let arrived: Vec<_> =
+                                    batch.messages.into_iter().map(|m| convert::from_message(m).unwrap()).collect();
+                                heartbeats.fetch_add(self::heartbeats(&arrived), Ordering::SeqCst);
+                                buf.drain(..5 + len);
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    });
+    GarblingPeer { addr, calls, heartbeats }
+}
+
+/// tonic's client panics on status details that are not base64; a lane
+/// whose task panicked would never send to that peer again. Its answers
+/// reach tonic without them (`safe_channel.rs`): both lanes call again,
+/// and then carry messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_outlives_answers_that_tonic_cannot_parse() {
+    use std::sync::atomic::Ordering;
+    const GARBLED: usize = 4;
+    let peer = garbling_peer(GARBLED).await;
+    let book = PeerBook::new(String::new(), peer.addr.clone(), false);
+    book.cluster_id.store(7, Ordering::Release);
+    let peers = BTreeMap::from([(32, peer.addr.clone())]);
+    let mut transport =
+        GrpcTransport::new(31, &peers, Faults::new(false), &tokio::runtime::Handle::current(), book, None);
+    until("the lanes to call past the garbled answers", || peer.calls.load(Ordering::SeqCst) > GARBLED).await;
+    let heartbeat = Message {
+        from: NodeId(31),
+        to: NodeId(32),
+        term: Term(1),
+        body: MessageBody::Heartbeat { commit: Index(0), token: 1 },
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while peer.heartbeats.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "timed out waiting for a heartbeat");
+        transport.send(vec![heartbeat.clone()]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
