@@ -224,38 +224,46 @@ async fn a_full_data_lane_drops_and_counts_while_control_flows() {
 }
 
 /// A peer that answers its first `garbled` calls at once with a status
-/// whose details are not base64 (tonic's parser panics on them), then
-/// reads the calls after them and counts the heartbeats they carry.
+/// whose details are not base64 (tonic's parser panics on them), in the
+/// headers and in trailers in turn, then reads the calls after them and
+/// records the messages they carry.
 struct GarblingPeer {
     addr: String,
     calls: Arc<std::sync::atomic::AtomicUsize>,
-    heartbeats: Arc<std::sync::atomic::AtomicUsize>,
+    /// What arrived, in order.
+    arrived: Arc<Mutex<Vec<Message>>>,
 }
 
 async fn garbling_peer(garbled: usize) -> GarblingPeer {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let (calls, heartbeats) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (c, h) = (calls.clone(), heartbeats.clone());
+    let (calls, arrived) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let (c, a) = (calls.clone(), arrived.clone());
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
-            let (calls, heartbeats) = (c.clone(), h.clone());
+            let (calls, arrived) = (c.clone(), a.clone());
             tokio::spawn(async move {
                 let Ok(mut connection) = h2::server::handshake(tcp).await else { return };
                 while let Some(Ok((request, mut respond))) = connection.accept().await {
-                    if calls.fetch_add(1, Ordering::SeqCst) < garbled {
-                        let answer = http::Response::builder()
-                            .header("content-type", "application/grpc")
-                            .header("grpc-status", "13")
-                            .header("grpc-status-details-bin", "%%% not base64 %%%")
-                            .body(())
-                            .unwrap();
-                        let _ = respond.send_response(answer, true);
+                    let call = calls.fetch_add(1, Ordering::SeqCst);
+                    if call < garbled {
+                        // In turn: the status in the answer's headers
+                        // (trailers-only), and in trailers after them.
+                        let mut status = http::HeaderMap::new();
+                        status.insert("grpc-status", "13".parse().unwrap());
+                        status.insert("grpc-status-details-bin", "%%% not base64 %%%".parse().unwrap());
+                        let mut answer = http::Response::builder().header("content-type", "application/grpc");
+                        if call % 2 == 0 {
+                            answer.headers_mut().unwrap().extend(status);
+                            let _ = respond.send_response(answer.body(()).unwrap(), true);
+                        } else if let Ok(mut stream) = respond.send_response(answer.body(()).unwrap(), false) {
+                            let _ = stream.send_trailers(status);
+                        }
                         continue;
                     }
-                    let heartbeats = heartbeats.clone();
+                    let arrived = arrived.clone();
                     tokio::spawn(async move {
                         let mut body = request.into_body();
                         let mut buf = Vec::new();
@@ -269,9 +277,8 @@ async fn garbling_peer(garbled: usize) -> GarblingPeer {
                                     break;
                                 }
                                 let batch = <RaftBatch as prost::Message>::decode(&buf[5..5 + len]).unwrap();
-                                let arrived: Vec<_> =
-                                    batch.messages.into_iter().map(|m| convert::from_message(m).unwrap()).collect();
-                                heartbeats.fetch_add(self::heartbeats(&arrived), Ordering::SeqCst);
+                                let messages = batch.messages.into_iter().map(|m| convert::from_message(m).unwrap());
+                                arrived.lock().extend(messages);
                                 buf.drain(..5 + len);
                             }
                         }
@@ -280,13 +287,13 @@ async fn garbling_peer(garbled: usize) -> GarblingPeer {
             });
         }
     });
-    GarblingPeer { addr, calls, heartbeats }
+    GarblingPeer { addr, calls, arrived }
 }
 
 /// tonic's client panics on status details that are not base64; a lane
 /// whose task panicked would never send to that peer again. Its answers
 /// reach tonic without them (`safe_channel.rs`): both lanes call again,
-/// and then carry messages.
+/// and then carry messages (each lane's first call gets a garbled answer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lane_outlives_answers_that_tonic_cannot_parse() {
     use std::sync::atomic::Ordering;
@@ -298,16 +305,15 @@ async fn a_lane_outlives_answers_that_tonic_cannot_parse() {
     let mut transport =
         GrpcTransport::new(31, &peers, Faults::new(false), &tokio::runtime::Handle::current(), book, None);
     until("the lanes to call past the garbled answers", || peer.calls.load(Ordering::SeqCst) > GARBLED).await;
-    let heartbeat = Message {
-        from: NodeId(31),
-        to: NodeId(32),
-        term: Term(1),
-        body: MessageBody::Heartbeat { commit: Index(0), token: 1 },
-    };
+    let message = |body| Message { from: NodeId(31), to: NodeId(32), term: Term(1), body };
+    let heartbeat = message(MessageBody::Heartbeat { commit: Index(0), token: 1 });
+    let append = message(MessageBody::AppendEntries { prev: LogId::new(1, 0), entries: vec![], commit: Index(0) });
     let deadline = Instant::now() + Duration::from_secs(60);
-    while peer.heartbeats.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "timed out waiting for a heartbeat");
-        transport.send(vec![heartbeat.clone()]);
+    // Messages a broken stream took are lost (Raft resends): send again
+    // until one of each lane arrives.
+    while heartbeats(&peer.arrived.lock()) == 0 || !peer.arrived.lock().iter().any(|m| m.body == append.body) {
+        assert!(Instant::now() < deadline, "timed out waiting for a heartbeat and an append");
+        transport.send(vec![heartbeat.clone(), append.clone()]);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
