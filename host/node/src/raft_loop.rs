@@ -236,6 +236,10 @@ pub(crate) struct RaftLoop<T: Transport> {
     pub max_apply_lag: u64,
     /// Whether this loop asked to hear of the next applied batch.
     pub applied_wanted: Arc<crate::apply_port::AppliedWanted>,
+    /// A hard state whose only change was the commit index, not written
+    /// yet, and when it is saved alone if no write of entries takes it
+    /// first (see `save_commit`).
+    pub unsaved_commit: Option<(wasmraft_raft::HardState, Instant)>,
 }
 
 /// A Ready being written, whether its write is synced, how many entries it
@@ -589,6 +593,11 @@ impl<T: Transport> RaftLoop<T> {
             readies = self.handle_readies(None);
         }
         if let Err(e) = readies {
+            tracing::error!(error = %e, "storage failed; stopping the raft loop");
+            self.status.lock().set_fatal(e.clone());
+            return Flow::Stop;
+        }
+        if let Err(e) = self.save_commit() {
             tracing::error!(error = %e, "storage failed; stopping the raft loop");
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
@@ -1059,9 +1068,11 @@ impl<T: Transport> RaftLoop<T> {
                 } else {
                     Vec::new()
                 };
+                // A commit index kept back is older than this Ready's.
+                let kept_back = self.unsaved_commit.take().map(|(hs, _)| hs);
                 self.writer.write(LogWrite {
                     entries: std::mem::take(&mut rd.entries),
-                    hard_state: rd.hard_state,
+                    hard_state: rd.hard_state.or(kept_back),
                     note,
                     sync,
                     answers,
@@ -1070,17 +1081,40 @@ impl<T: Transport> RaftLoop<T> {
                 self.in_flight = Some(InFlight { ready: rd, sync, entries, started, reported: false, stamped, noted_wall });
                 return Ok(());
             }
-            if let Some(hard_state) = &rd.hard_state {
-                // Only the commit index moved: no fsync, nothing to wait for.
-                self.storage
-                    .append(&[], Some(hard_state), false)
-                    .map_err(|e| e.to_string())?;
+            if let Some(hard_state) = rd.hard_state {
+                // Only the commit index moved: kept back, for the next write
+                // of entries or a tick from now (`save_commit`). A write here
+                // would cost this thread a log write per batch, and could hold
+                // it behind the log writer's lock or a segment turn's sync and
+                // flush, past a heartbeat. A restart counts the applied index
+                // as committed and learns the rest from the leader.
+                let due = self.unsaved_commit.map_or(self.now + self.tick_interval, |(_, due)| due);
+                self.unsaved_commit = Some((hard_state, due));
             }
             self.finish_ready(rd)?;
         }
         // No write in flight: entries the core refused (proposals to a
         // follower) left no Ready behind, and must not keep the budget full.
         self.unwritten_bytes = 0;
+        Ok(())
+    }
+
+    /// Saves a commit index kept back once it is due, if no write of
+    /// entries took it: alone, unsynced, and never waiting for the log (busy:
+    /// due again a tick later). Not while a write is in flight, which holds
+    /// an older hard state and could land after this one.
+    fn save_commit(&mut self) -> Result<(), String> {
+        let Some((hard_state, due)) = self.unsaved_commit else { return Ok(()) };
+        if self.in_flight.is_some() || self.now < due {
+            return Ok(());
+        }
+        match self.storage.try_save_hard_state(&hard_state) {
+            Ok(()) => self.unsaved_commit = None,
+            Err(wasmraft_storage::StorageError::Busy(_)) => {
+                self.unsaved_commit = Some((hard_state, self.now + self.tick_interval));
+            }
+            Err(e) => return Err(format!("saving the commit index: {e}")),
+        }
         Ok(())
     }
 

@@ -90,7 +90,9 @@
 //!    index `>= entries[0].index`, and **save `hard_state`**; the snapshot,
 //!    the entries and the hard state go to disk in that order and are made
 //!    durable by **one fsync** when `must_sync` (a Ready whose only change is
-//!    the commit index needs none). Never reorder the vote/term write after
+//!    the commit index needs none, and need not be saved at all: at start
+//!    the core counts everything up to [`Config::applied`] as committed and
+//!    learns the rest from the leader). Never reorder the vote/term write after
 //!    the log write or across Readys (openraft `io_ordering.md`).
 //! 4. **Only then send `persisted_messages`**: votes, append and snapshot
 //!    responses, and a candidate's vote requests all promise something that

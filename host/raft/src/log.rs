@@ -62,10 +62,14 @@ pub(crate) struct RaftLog<L: LogReader> {
 impl<L: LogReader> RaftLog<L> {
     /// Builds the view over `reader`; `applied` is the state machine's index.
     /// Scans the stable log once for membership entries.
+    ///
+    /// What the state machine applied was committed: the stored `commit`
+    /// may lag it (a driver need not save a hard state whose only change is
+    /// the commit index), and the applied entries are not handed out again.
     pub(crate) fn new(reader: L, commit: Index, applied: Index) -> RaftLog<L> {
         let first = fatal(reader.first_index(), "first_index");
         let last = fatal(reader.last_index(), "last_index");
-        let committed = commit.max(first.prev());
+        let committed = commit.max(first.prev()).max(applied.min(last));
         assert!(
             committed <= last,
             "raft log: commit {committed} beyond last index {last}"
@@ -517,6 +521,24 @@ mod tests {
 
     fn log() -> RaftLog<Counting> {
         RaftLog::new(Counting { mem: MemStorage::new(&[1]), reads: Cell::new(0) }, Index(0), Index(0))
+    }
+
+    #[test]
+    fn the_applied_index_counts_as_committed_at_start() {
+        let mut mem = MemStorage::new(&[1]);
+        mem.append(&[entry(1, 1, 8), entry(1, 2, 8), entry(1, 3, 8)]);
+        // The stored commit index lags the state machine by one entry.
+        let log = RaftLog::new(Counting { mem, reads: Cell::new(0) }, Index(1), Index(2));
+        assert_eq!((log.committed, log.handed, log.applied), (Index(2), Index(2), Index(2)));
+        assert!(!log.has_committed_to_hand(), "entry 2 was applied and must not be handed out again");
+    }
+
+    #[test]
+    fn a_state_machine_ahead_of_the_log_commits_no_more_than_the_log_holds() {
+        let mut mem = MemStorage::new(&[1]);
+        mem.append(&[entry(1, 1, 8), entry(1, 2, 8)]);
+        let log = RaftLog::new(Counting { mem, reads: Cell::new(0) }, Index(1), Index(5));
+        assert_eq!((log.committed, log.handed), (Index(2), Index(2)));
     }
 
     /// What a driver does with a Ready's entries: store them, report them.

@@ -98,6 +98,18 @@ impl Storage {
         Ok(())
     }
 
+    /// Saves `hard_state` alone, unsynced, from the Raft loop's thread: a
+    /// commit index the loop kept back. [`StorageError::Busy`] instead of
+    /// waiting for another write to the log, and the caller saves it later
+    /// or with its next entries.
+    pub fn try_save_hard_state(&self, hard_state: &HardState) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(CF_RAFT), KEY_HARD_STATE, codec::encode_hard_state(hard_state));
+        self.try_write_logged(batch)?;
+        *self.hard_state.lock() = *hard_state;
+        Ok(())
+    }
+
     /// Entries in `[lo, hi)` straight from disk (for replay after a restart).
     pub fn read_entries(&self, lo: Index, hi: Index) -> Result<Vec<Entry>, StorageError> {
         let mut out = Vec::new();

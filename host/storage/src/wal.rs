@@ -472,6 +472,23 @@ impl Storage {
         self.wal.flushed.changed.notify_all();
     }
 
+    /// Fault injection for tests: another thread holds the log's
+    /// write-ahead segments, as a write that waits for a flush does, until
+    /// [`LogWritesHeld::release`] or for at most `at_most`. Returns once
+    /// they are held.
+    pub fn hold_log_writes(&self, at_most: std::time::Duration) -> LogWritesHeld {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (held_tx, held) = std::sync::mpsc::channel::<()>();
+        let storage = self.clone();
+        let thread = std::thread::spawn(move || {
+            let _writer = storage.wal.writer.lock();
+            let _ = held_tx.send(());
+            released.recv_timeout(at_most).is_ok()
+        });
+        let _ = held.recv();
+        LogWritesHeld { release, thread }
+    }
+
     /// For tests that hold flushes: waits until a log write waits for one,
     /// for at most `timeout`; whether it does.
     pub fn log_write_waits_for_flush(&self, timeout: std::time::Duration) -> bool {
@@ -483,6 +500,22 @@ impl Storage {
             }
         }
         true
+    }
+}
+
+/// The log's write-ahead segments held by [`Storage::hold_log_writes`].
+#[derive(Debug)]
+pub struct LogWritesHeld {
+    release: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl LogWritesHeld {
+    /// Lets the log's writes go on; whether they were still held (false:
+    /// the time allowed ran out first).
+    pub fn release(self) -> bool {
+        let _ = self.release.send(());
+        self.thread.join().unwrap_or(false)
     }
 }
 
@@ -593,3 +626,4 @@ mod tests {
         assert!(matches!(malformed, StorageError::Corrupt { what: "log write-ahead sequence", .. }), "{malformed:?}");
     }
 }
+

@@ -457,6 +457,37 @@ fn segments_taking_turns_lose_no_record_across_crashes() {
     assert_eq!(s.log_time_note().unwrap(), last_note);
 }
 
+/// The Raft loop saves a commit index alone, from its own thread: the save
+/// survives a crash, and a full segment makes it busy (and changes
+/// nothing) instead of being turned by it.
+#[test]
+fn a_hard_state_saved_alone_survives_a_crash_and_never_turns_a_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = || StorageOptions { log_segment_bytes: 8 << 10, ..StorageOptions::default() };
+    let hs = |commit| HardState { term: Term(1), vote: Some(NodeId(1)), commit: Index(commit) };
+    let s = Storage::open(&dir.path().join("db"), 1, options()).unwrap();
+    s.append(&[entry(1, 1, "a")], Some(&hs(0)), true).unwrap();
+    let mut commit = 0;
+    let busy_at = loop {
+        commit += 1;
+        assert!(commit < 10_000, "the segment never filled");
+        match s.try_save_hard_state(&hs(commit)) {
+            Ok(()) => assert_eq!(s.hard_state(), hs(commit)),
+            Err(StorageError::Busy(_)) => break commit,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(s.hard_state(), hs(busy_at - 1), "a busy save changes nothing");
+    // A write of entries may turn the segment; then the save fits again.
+    s.append(&[entry(1, 2, "b")], None, true).unwrap();
+    s.try_save_hard_state(&hs(busy_at)).unwrap();
+    s.crash_after_writes(0);
+    drop(s);
+    let s = Storage::open(&dir.path().join("db"), 1, options()).unwrap();
+    assert_eq!(s.hard_state(), hs(busy_at));
+    assert_eq!(s.read_entries(Index(1), Index(3)).unwrap().len(), 2);
+}
+
 /// A segment is written again only once a flush has put its records in
 /// table files: with flushes held (a slow disk), a writer that has filled
 /// both segments waits, and a crash then loses no acknowledged append.

@@ -45,6 +45,8 @@ mod checks;
 mod clients;
 mod cluster;
 #[cfg(test)]
+mod commit_index_saves;
+#[cfg(test)]
 mod commit_updates;
 #[cfg(test)]
 mod leader_proposals;
