@@ -194,8 +194,10 @@ struct Inner {
     applied: watch::Receiver<u64>,
     events: broadcast::Sender<Arc<EntryEvent>>,
     status: Arc<Mutex<NodeStatus>>,
-    /// The commit index known at start: no read is served from a state
-    /// older than that (a restarted node first replays its log).
+    /// The commit index known at start: no eventual read is served from a
+    /// state older than that (a restarted node first replays its log). The
+    /// stored commit index may lag the one in memory before a crash (see
+    /// docs/design/002-node-driver.md), by about a tick's commits.
     commit_at_start: u64,
     threads: Mutex<Vec<JoinHandle<()>>>,
     addresses: Arc<parking_lot::RwLock<BTreeMap<u64, String>>>,
@@ -354,6 +356,19 @@ impl Node {
         ))));
 
         let applied = storage.applied()?;
+        // The core counts the applied index as committed at start: what the
+        // state machine applied must be what the log holds there.
+        let (first, last) = storage.log_bounds();
+        if applied.index >= first && applied.index <= last {
+            let in_log = wasmraft_raft::LogReader::term(&storage, applied.index)
+                .map_err(|e| StartError::Recovery(format!("reading the term of applied index {}: {e}", applied.index.0)))?;
+            if in_log != applied.term {
+                return Err(StartError::Recovery(format!(
+                    "the state machine applied index {} of term {}, but the log holds term {} there: the data directory is inconsistent",
+                    applied.index.0, applied.term.0, in_log.0
+                )));
+            }
+        }
         let hard_state = storage.hard_state();
         let removed = storage.removed_members()?;
         for id in &removed {
@@ -380,6 +395,8 @@ impl Node {
         };
         let raw = RawNode::new(raft_config, storage.clone())
             .map_err(|e| StartError::Raft(e.to_string()))?;
+        // The stored commit index, or the applied one if that is higher.
+        let commit_at_start = raw.status().commit.0;
         let removed = Arc::new(parking_lot::RwLock::new(removed));
 
         let status = Arc::new(Mutex::new(NodeStatus {
@@ -387,7 +404,7 @@ impl Node {
             role: Role::Follower,
             term: hard_state.term.0,
             leader: None,
-            commit: raw.status().commit.0,
+            commit: commit_at_start,
             applied: applied.index.0,
             last_index: storage.log_bounds().1.0,
             plugin: plugin.info().clone(),
@@ -436,7 +453,7 @@ impl Node {
             boot_wasm: Arc::from(wasm),
             hashes: HashChecks::new(config.hash_check_entries, config.hash_check_records_per_entry, applied.index.0),
             metrics: metrics.clone(),
-            replay: crate::progress::Replay::new(applied.index.0, hard_state.commit.0),
+            replay: crate::progress::Replay::new(applied.index.0, commit_at_start),
             wake: wake.clone(),
             applied_wanted: applied_wanted.clone(),
         };
@@ -506,14 +523,14 @@ impl Node {
             plugin = %plugin.info().name,
             plugin_sha256 = %plugin.info().sha256,
             applied = applied.index.0,
-            commit = hard_state.commit.0,
+            commit = commit_at_start,
             "node started"
         );
         let pending_requests = tokio::sync::Semaphore::new(config.max_pending_requests);
         let query_slots = tokio::sync::Semaphore::new(config.plugin.query_instances);
         let node = Node {
             inner: Arc::new(Inner {
-                commit_at_start: hard_state.commit.0,
+                commit_at_start,
                 config,
                 raft: raft_tx,
                 storage,

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use prost::Message;
 use wasmraft_node::{Consistency, Error, KV_PLUGIN, Node, NodeConfig};
+use wasmraft_raft::LogId;
+use wasmraft_storage::{Storage, StorageOptions};
 use wasmraft_proto::etcdserverpb::{
     PutRequest, RangeRequest, RequestOp, ResponseOp, request_op::Request, response_op::Response,
 };
@@ -47,6 +49,26 @@ async fn writes_are_readable_at_every_consistency_level() {
         assert_eq!(get(&node, "a", c).await, Some(b"1".to_vec()), "{c:?}");
     }
     node.shutdown();
+}
+
+/// At start the applied index counts as committed, so the log must hold
+/// what was applied there: a data directory where it holds another term
+/// is refused, loudly, before the node takes part in anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_applied_index_disagrees_with_its_log_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(dir.path()).await;
+    node.propose(put("a", "1")).await.unwrap();
+    node.shutdown();
+    drop(node);
+    {
+        let storage = Storage::open(&dir.path().join("node"), 1, StorageOptions::default()).unwrap();
+        let applied = storage.applied().unwrap();
+        assert!(applied.index.0 > 0, "nothing applied");
+        storage.apply(LogId::new(applied.term.0 + 1, applied.index.0), [], []).unwrap();
+    }
+    let err = Node::start(config(dir.path()), KV_PLUGIN).err().expect("the node started");
+    assert!(err.to_string().contains("the data directory is inconsistent"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,9 +90,10 @@
 //!    index `>= entries[0].index`, and **save `hard_state`**; the snapshot,
 //!    the entries and the hard state go to disk in that order and are made
 //!    durable by **one fsync** when `must_sync` (a Ready whose only change is
-//!    the commit index needs none, and need not be saved at all: at start
-//!    the core counts everything up to [`Config::applied`] as committed and
-//!    learns the rest from the leader). Never reorder the vote/term write after
+//!    the commit index needs none, and need not be saved at once: at start
+//!    the core counts everything up to [`Config::applied`] (if the log holds
+//!    it) as committed, and learns the rest from the leader or by
+//!    committing in its own term). Never reorder the vote/term write after
 //!    the log write or across Readys (openraft `io_ordering.md`).
 //! 4. **Only then send `persisted_messages`**: votes, append and snapshot
 //!    responses, and a candidate's vote requests all promise something that
@@ -104,8 +105,9 @@
 //!    with the index *and term* `propose` gave it is applied (another entry at
 //!    that index means the proposal was lost). Answer a `read_states` entry
 //!    once the state machine has applied at least its `index`. Make the
-//!    applied index durable atomically with the state it covers, and pass it
-//!    as [`Config::applied`] on restart.
+//!    applied index durable atomically with the state it covers, never
+//!    ahead of the log entries it covers, and pass it as
+//!    [`Config::applied`] on restart.
 //! 6. **`advance(rd)`**: the writes are durable. Even if the driver moved the
 //!    fields out of `rd`, `advance` knows what the Ready carried.
 //!

@@ -114,8 +114,9 @@ impl Checks {
         let storage = node.storage();
         let (first, last) = storage.log_bounds();
         let from = self.compared.get(&id).copied().unwrap_or(0).max(first.0.saturating_sub(1)) + 1;
-        // The commit index is written only with entries or a vote; what the
-        // state machine applied came from this log and was committed too.
+        // The stored commit index may lag (it is kept back from the Raft
+        // loop's turns); what the state machine applied came from this log
+        // and was committed too.
         let applied = storage.applied().map_err(|e| format!("node {id}: reading its applied index: {e}"))?.index.0;
         let to = storage.hard_state().commit.0.max(applied).min(last.0);
         if from > to {
