@@ -94,6 +94,11 @@ pub struct Params {
     /// send them after a tick with this chance (heartbeats carry them
     /// too); drawn from `World::commit_rng`.
     pub defer_commit_updates: Option<f64>,
+    /// Drivers save a hard state whose only change is the commit index
+    /// only with the next one that needs a sync (as the node's driver
+    /// keeps it back): restarts find a commit index older than what the
+    /// state machine applied. Drawn by the world from a stream of its own.
+    pub keep_back_commits: bool,
 }
 
 impl Params {
@@ -129,6 +134,7 @@ impl Params {
             max_inflight_bytes: if rng.chance(0.5) { u64::MAX } else { rng.range(20, 4000) },
             // Drawn by the world from a stream of its own.
             defer_commit_updates: None,
+            keep_back_commits: false,
         }
     }
 }

@@ -17,6 +17,9 @@ pub struct MemStorage {
     pub snapshot: Option<SnapshotMeta>,
     /// The log after the snapshot: `entries[0]` has index `first_index()`.
     pub entries: Vec<Entry>,
+    /// A hard state whose only change is the commit index (no sync) is
+    /// not saved; the next synced one is.
+    pub keep_back_commits: bool,
 }
 
 impl MemStorage {
@@ -92,7 +95,9 @@ impl MemStorage {
             self.install_snapshot(meta);
         }
         self.append(&rd.entries);
-        if let Some(hs) = rd.hard_state {
+        if let Some(hs) = rd.hard_state
+            && (rd.must_sync || !self.keep_back_commits)
+        {
             self.hard_state = hs;
         }
     }

@@ -121,6 +121,7 @@ impl World {
         if commit_rng.chance(0.5) && std::env::var_os("WASMRAFT_SIM_NO_DEFER").is_none() {
             p.defer_commit_updates = Some(commit_rng.range(0, 1000) as f64 / 1000.0);
         }
+        p.keep_back_commits = Rng::new(super::rng::mix(seed, 0x5A7E)).chance(0.5);
         let voters: Vec<u64> = (1..=p.voters).collect();
         let mut w = World {
             seed,
@@ -149,11 +150,12 @@ impl World {
             commit_rng,
         };
         for id in 1..=w.p.pool {
-            let disk = if id <= w.p.voters {
+            let mut disk = if id <= w.p.voters {
                 SimDisk::new(&voters)
             } else {
                 SimDisk::new(&[])
             };
+            disk.store.keep_back_commits = w.p.keep_back_commits;
             let period = w.rng.range(TICK - SKEW, TICK + SKEW);
             let next_tick = w.rng.range(1, period);
             let node = SimNode {
