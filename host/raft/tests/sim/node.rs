@@ -84,6 +84,9 @@ pub struct SimDisk {
     /// The state machine at the snapshot.
     pub snap_state: SmState,
     pub staged: Option<SnapshotData>,
+    /// What the state machine had applied when the node crashed, with
+    /// `Params::durable_state`.
+    pub applied_state: Option<SmState>,
 }
 
 impl SimDisk {

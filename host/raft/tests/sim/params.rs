@@ -95,10 +95,16 @@ pub struct Params {
     /// too); drawn from `World::commit_rng`.
     pub defer_commit_updates: Option<f64>,
     /// Drivers save a hard state whose only change is the commit index
-    /// only with the next one that needs a sync (as the node's driver
-    /// keeps it back): restarts find a commit index older than what the
-    /// state machine applied. Drawn by the world from a stream of its own.
+    /// only with the next synced Ready that carries a hard state (the
+    /// node's driver keeps it back too): restarts find a commit index
+    /// older than the one they knew. Drawn by the world from a stream of
+    /// its own, as is `durable_state`.
     pub keep_back_commits: bool,
+    /// The state machine keeps what it applied across a crash (as the
+    /// node's does, in RocksDB); otherwise it restarts from the snapshot.
+    /// With `keep_back_commits`, restarts find it ahead of the stored
+    /// commit index.
+    pub durable_state: bool,
 }
 
 impl Params {
@@ -135,6 +141,7 @@ impl Params {
             // Drawn by the world from a stream of its own.
             defer_commit_updates: None,
             keep_back_commits: false,
+            durable_state: false,
         }
     }
 }

@@ -18,7 +18,7 @@ pub struct MemStorage {
     /// The log after the snapshot: `entries[0]` has index `first_index()`.
     pub entries: Vec<Entry>,
     /// A hard state whose only change is the commit index (no sync) is
-    /// not saved; the next synced one is.
+    /// not saved; the next synced Ready that carries one saves it.
     pub keep_back_commits: bool,
 }
 

@@ -121,7 +121,9 @@ impl World {
         if commit_rng.chance(0.5) && std::env::var_os("WASMRAFT_SIM_NO_DEFER").is_none() {
             p.defer_commit_updates = Some(commit_rng.range(0, 1000) as f64 / 1000.0);
         }
-        p.keep_back_commits = Rng::new(super::rng::mix(seed, 0x5A7E)).chance(0.5);
+        let mut disk_rng = Rng::new(super::rng::mix(seed, 0x5A7E));
+        p.keep_back_commits = disk_rng.chance(0.5);
+        p.durable_state = disk_rng.chance(0.5);
         let voters: Vec<u64> = (1..=p.voters).collect();
         let mut w = World {
             seed,
@@ -351,6 +353,8 @@ impl World {
         let Some(raw) = node.raw.take() else { return };
         let mut disk = raw.into_reader();
         disk.staged = None;
+        // Everything it applied came from entries already persisted.
+        disk.applied_state = self.p.durable_state.then(|| node.sm.clone());
         node.down = Some(disk);
         node.writes.clear();
         node.reads.clear();
@@ -360,15 +364,16 @@ impl World {
     }
 
     fn restart(&mut self, id: u64) {
-        let applied = {
-            let node = &self.nodes[&id];
-            node.down.as_ref().expect("down").store.snapshot_index()
+        let mut disk = self.nodes.get_mut(&id).expect("node").down.take().expect("down");
+        // A snapshot installed since is newer than what was applied.
+        let sm = match disk.applied_state.take() {
+            Some(sm) if sm.applied >= disk.store.snapshot_index() => sm,
+            _ => disk.snap_state.clone(),
         };
-        let cfg = self.config(id, applied);
+        let cfg = self.config(id, sm.applied);
         let time = self.time;
         let node = self.nodes.get_mut(&id).expect("node");
-        let disk = node.down.take().expect("down");
-        node.sm = disk.snap_state.clone();
+        node.sm = sm;
         node.hard = disk.store.hard_state;
         node.raw = Some(RawNode::new(cfg, disk).expect("restart"));
         node.next_tick = time + node.period;
