@@ -315,6 +315,8 @@ impl Node {
             };
             storage.bootstrap(&Membership::new(voters.into_iter().map(NodeId)))?;
         }
+        // Before the plugin is compiled: a refusal costs nothing.
+        let applied = applied_as_logged(&storage)?;
         let cluster_id = match storage.cluster_id()? {
             Some(stored) => {
                 if config.cluster_id != 0 && config.cluster_id != stored {
@@ -355,20 +357,6 @@ impl Node {
             plugin.clone(),
         ))));
 
-        let applied = storage.applied()?;
-        // The core counts the applied index as committed at start: what the
-        // state machine applied must be what the log holds there.
-        let (first, last) = storage.log_bounds();
-        if applied.index >= first && applied.index <= last {
-            let in_log = wasmraft_raft::LogReader::term(&storage, applied.index)
-                .map_err(|e| StartError::Recovery(format!("reading the term of applied index {}: {e}", applied.index.0)))?;
-            if in_log != applied.term {
-                return Err(StartError::Recovery(format!(
-                    "the state machine applied index {} of term {}, but the log holds term {} there: the data directory is inconsistent",
-                    applied.index.0, applied.term.0, in_log.0
-                )));
-            }
-        }
         let hard_state = storage.hard_state();
         let removed = storage.removed_members()?;
         for id in &removed {
@@ -1233,6 +1221,26 @@ pub enum Worker {
 /// A cluster id as shown to operators: 16 hex digits.
 pub fn format_cluster_id(id: u64) -> String {
     format!("{id:016x}")
+}
+
+/// The state machine's applied index, checked against the log: the core
+/// counts it as committed at start, so the log must hold the same entry
+/// there (or have compacted it).
+fn applied_as_logged(storage: &Storage) -> Result<wasmraft_raft::LogId, StartError> {
+    let applied = storage.applied()?;
+    let (first, last) = storage.log_bounds();
+    if applied.index < first || applied.index > last {
+        return Ok(applied);
+    }
+    let in_log = wasmraft_raft::LogReader::term(storage, applied.index)
+        .map_err(|e| StartError::Recovery(format!("reading the term of applied index {}: {e}", applied.index.0)))?;
+    if in_log != applied.term {
+        return Err(StartError::Recovery(format!(
+            "the state machine applied index {} of term {}, but the log holds term {} there: the data directory is inconsistent",
+            applied.index.0, applied.term.0, in_log.0
+        )));
+    }
+    Ok(applied)
 }
 
 /// A fresh, non-zero id (a cluster's that was given none, a forwarding

@@ -592,12 +592,10 @@ impl<T: Transport> RaftLoop<T> {
         if readies.is_ok() && self.send_commit_updates(now) {
             readies = self.handle_readies(None);
         }
-        if let Err(e) = readies {
-            tracing::error!(error = %e, "storage failed; stopping the raft loop");
-            self.status.lock().set_fatal(e.clone());
-            return Flow::Stop;
+        if readies.is_ok() {
+            readies = self.save_commit();
         }
-        if let Err(e) = self.save_commit() {
+        if let Err(e) = readies {
             tracing::error!(error = %e, "storage failed; stopping the raft loop");
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;

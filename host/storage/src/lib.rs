@@ -53,8 +53,8 @@ pub mod fuzzing {
 pub use log_time_note::{BootTime, LogTimeNote};
 pub use plugin::DeployedPlugin;
 pub use rocks::{Storage, StorageOptions};
-pub use wal::LogWritesHeld;
 pub use snapshot::SnapshotPart;
 pub use snapshot_reader::{SNAPSHOT_PART_BYTES, SnapshotReader};
 pub use snapshot_staging::{SnapshotStaging, StagedSnapshot};
 pub use state::{AppliedRecords, StateReader, StateWrite};
+pub use wal::LogWritesHeld;

@@ -626,4 +626,3 @@ mod tests {
         assert!(matches!(malformed, StorageError::Corrupt { what: "log write-ahead sequence", .. }), "{malformed:?}");
     }
 }
-
