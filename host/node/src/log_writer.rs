@@ -16,7 +16,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use wasmraft_raft::{Entry, HardState, Message};
-use wasmraft_storage::{LogTimeNote, Storage};
+use wasmraft_storage::{NoteChange, Storage};
 
 use crate::raft_loop::LoopMsg;
 use crate::transport::MessageSink;
@@ -25,8 +25,8 @@ use crate::transport::MessageSink;
 pub(crate) struct LogWrite {
     pub entries: Vec<Entry>,
     pub hard_state: Option<HardState>,
-    /// A note of log time to make durable with the entries.
-    pub note: Option<LogTimeNote>,
+    /// What becomes of the note of log time, durably with the entries.
+    pub note: NoteChange,
     pub sync: bool,
     /// Messages to send once the writes are durable.
     pub answers: Vec<Message>,
@@ -102,7 +102,7 @@ pub(crate) fn run(storage: Storage, jobs: Receiver<LogWrite>, done: Sender<LoopM
 fn write(storage: &Storage, job: LogWrite, sink: Option<&dyn MessageSink>) -> Result<Written, String> {
     let started = Instant::now();
     storage
-        .append_noted(&job.entries, job.hard_state.as_ref(), job.note.as_ref(), job.sync)
+        .append_noted(&job.entries, job.hard_state.as_ref(), job.note, job.sync)
         .map_err(|e| e.to_string())?;
     let took = started.elapsed();
     match sink {
@@ -155,7 +155,7 @@ mod tests {
     }
 
     fn job(index: u64) -> LogWrite {
-        LogWrite { entries: vec![entry(index)], hard_state: None, note: None, sync: true, answers: vec![answer(index)] }
+        LogWrite { entries: vec![entry(index)], hard_state: None, note: NoteChange::Keep, sync: true, answers: vec![answer(index)] }
     }
 
     fn written(msg: LoopMsg) -> Result<Written, String> {

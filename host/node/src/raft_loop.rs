@@ -13,7 +13,7 @@ use wasmraft_raft::{
     Index, LogId, MembershipChange, Message, MessageBody, NodeId, ProposeError, ProposeOutcome, RawNode,
     ReadId, Ready, Role,
 };
-use wasmraft_storage::{StagedSnapshot, Storage};
+use wasmraft_storage::{NoteChange, StagedSnapshot, Storage};
 
 use crate::apply::ApplyTask;
 use crate::apply_port::ApplyPort;
@@ -256,6 +256,8 @@ pub(crate) struct InFlight {
     stamped: Option<(u64, u64)>,
     /// The wall clock of the note of log time the write carries, if any.
     noted_wall: Option<u64>,
+    /// Whether the write changes the note on disk (writes or removes it).
+    changes_note: bool,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -600,10 +602,10 @@ impl<T: Transport> RaftLoop<T> {
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
         }
-        // Not while a write carrying a note is in flight: the two would race
+        // Not while a write that writes or removes the note is in flight: the two would race
         // on the log writer's thread and this one, and this one, from the
         // clock before the write, may land last.
-        let note_in_flight = self.in_flight.as_ref().is_some_and(|w| w.noted_wall.is_some());
+        let note_in_flight = self.in_flight.as_ref().is_some_and(|w| w.changes_note);
         if !note_in_flight && let Some(note) = self.stamp_clock.note_due(now, wall_ms) {
             // A lost note leaves an older one, which may be further from
             // log time than a new one would be: due again.
@@ -927,9 +929,10 @@ impl<T: Transport> RaftLoop<T> {
         }
     }
 
-    /// Log time goes back to `stamp`, as entries whose stamps it counted
-    /// are about to leave the log (see `StampClock::rewind`); the note on
-    /// disk follows, durably, before they go.
+    /// Log time goes back to `stamp`, as a snapshot is about to replace the
+    /// log whose stamps it counted (see `StampClock::rewind`); the note on
+    /// disk follows, durably, before they go. (A replaced suffix changes
+    /// the note in the log writer's write that replaces it.)
     fn rewind_log_time(&mut self, stamp: u64) -> Result<(), String> {
         let note = self.stamp_clock.rewind(stamp, self.now, self.wall_ms);
         self.storage.replace_log_time_note(note.as_ref()).map_err(|e| format!("cannot replace the log-time note: {e}"))
@@ -1042,18 +1045,30 @@ impl<T: Transport> RaftLoop<T> {
                 let log_time = crate::timers::stored_log_time(&self.storage).map_err(|e| e.to_string())?;
                 self.rewind_log_time(log_time)?;
             }
+            // A suffix this node wrote is replaced, by the write handed to
+            // the log writer below: log time goes back now, and the note on
+            // disk changes in that write, atomically with the truncation
+            // (never on this thread, where it would wait for the log).
+            let mut rewound = None;
             if let Some(first) = rd.entries.first().map(|e| e.log_id.index) {
                 if first <= self.storage.log_bounds().1 {
-                    // A suffix this node wrote is replaced, by the write
-                    // handed to the log writer below.
                     let log_time = crate::timers::stored_log_time_before(&self.storage, first).map_err(|e| e.to_string())?;
-                    self.rewind_log_time(log_time)?;
+                    rewound = Some(self.stamp_clock.rewind(log_time, self.now, self.wall_ms));
                 }
             }
             // Entries, a term or a vote: written off this thread.
             let stamped = crate::timers::last_stamp(&rd.entries);
-            let note = self.stamp_clock.handing(stamped, self.now, self.wall_ms);
-            let noted_wall = note.map(|n| n.wall_ms);
+            // A new term's note, taken after the rewind, replaces its note.
+            let note = match (self.stamp_clock.handing(stamped, self.now, self.wall_ms), rewound) {
+                (Some(note), _) | (None, Some(Some(note))) => NoteChange::Write(note),
+                (None, Some(None)) => NoteChange::Remove,
+                (None, None) => NoteChange::Keep,
+            };
+            let noted_wall = match note {
+                NoteChange::Write(n) => Some(n.wall_ms),
+                NoteChange::Keep | NoteChange::Remove => None,
+            };
+            let changes_note = note != NoteChange::Keep;
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
                 let entries = rd.entries.len();
@@ -1076,7 +1091,8 @@ impl<T: Transport> RaftLoop<T> {
                     answers,
                 });
                 let started = self.now;
-                self.in_flight = Some(InFlight { ready: rd, sync, entries, started, reported: false, stamped, noted_wall });
+                self.in_flight =
+                    Some(InFlight { ready: rd, sync, entries, started, reported: false, stamped, noted_wall, changes_note });
                 return Ok(());
             }
             if let Some(hard_state) = rd.hard_state {

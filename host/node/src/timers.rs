@@ -208,10 +208,11 @@ impl StampClock {
     /// in real time. Log time is now `stamp`, the last one the log holds (0:
     /// none), as of `now`: an estimate that may lag, never lead. The note
     /// on disk was taken from the old estimate: the caller replaces it with
-    /// the note returned (`None`: remove it), durably, before the entries
-    /// leave the log, or a restart would bring their time back through it.
+    /// the note returned (`None`: removes it), durably, no later than the
+    /// entries leave the log (in the write that removes them, or before
+    /// it), or a restart would bring their time back through it.
     /// `wall_ms` is the wall clock now.
-    #[must_use = "the note on disk must be replaced before the entries leave the log"]
+    #[must_use = "the note on disk must be replaced no later than the entries leave the log"]
     pub fn rewind(&mut self, stamp: u64, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
         // (No write is in flight: the loop hands the next only once the
         // last is durable, and rewinds as it hands one.)

@@ -50,7 +50,7 @@ pub use error::StorageError;
 pub mod fuzzing {
     pub use crate::codec::decode_any;
 }
-pub use log_time_note::{BootTime, LogTimeNote};
+pub use log_time_note::{BootTime, LogTimeNote, NoteChange};
 pub use plugin::DeployedPlugin;
 pub use rocks::{Storage, StorageOptions};
 pub use snapshot::SnapshotPart;

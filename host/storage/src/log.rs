@@ -6,7 +6,7 @@ use wasmraft_raft::{Entry, HardState, Index, LogReader, Membership, SnapshotMeta
 
 use crate::codec;
 use crate::error::StorageError;
-use crate::log_time_note::LogTimeNote;
+use crate::log_time_note::NoteChange;
 use crate::rocks::{CF_LOG, CF_RAFT, KEY_HARD_STATE, Storage};
 
 pub(crate) fn encode_index(i: Index) -> [u8; 8] {
@@ -34,17 +34,19 @@ impl Storage {
     ///
     /// `entries` must be contiguous and start at most one past the last index.
     pub fn append(&self, entries: &[Entry], hard_state: Option<&HardState>, sync: bool) -> Result<(), StorageError> {
-        self.append_noted(entries, hard_state, None, sync)
+        self.append_noted(entries, hard_state, NoteChange::Keep, sync)
     }
 
-    /// [`Storage::append`], with a note of log time in the same write batch
-    /// (see [`Storage::note_log_time`]): durable with the entries whose
-    /// stamps it counts from, never before or after them.
+    /// [`Storage::append`], with a change to the note of log time in the
+    /// same write batch (see [`Storage::note_log_time`]): durable with the
+    /// entries whose stamps it counts from, or with the truncation that
+    /// removes the stamps the note it replaces counted, never before or
+    /// after them.
     pub fn append_noted(
         &self,
         entries: &[Entry],
         hard_state: Option<&HardState>,
-        note: Option<&LogTimeNote>,
+        note: NoteChange,
         sync: bool,
     ) -> Result<(), StorageError> {
         let stall = self.append_stall_ms.load(std::sync::atomic::Ordering::Acquire);
@@ -80,8 +82,10 @@ impl Storage {
         if let Some(hs) = hard_state {
             batch.put_cf(self.cf(CF_RAFT), KEY_HARD_STATE, codec::encode_hard_state(hs));
         }
-        if note.is_some() {
-            self.put_log_time_note(&mut batch, note);
+        match note {
+            NoteChange::Keep => {}
+            NoteChange::Write(note) => self.put_log_time_note(&mut batch, Some(&note)),
+            NoteChange::Remove => self.put_log_time_note(&mut batch, None),
         }
         // The entries are in RocksDB before the sync ends, but nothing
         // reads them until the bounds move below, and the Raft loop counts

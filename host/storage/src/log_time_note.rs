@@ -12,6 +12,19 @@ pub struct LogTimeNote {
     pub boot: Option<BootTime>,
 }
 
+/// What a write to the log does to the note of log time on disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NoteChange {
+    /// Leaves it as it is.
+    #[default]
+    Keep,
+    /// Writes this note in its place.
+    Write(LogTimeNote),
+    /// Removes it: log time is no longer known (a rewind to a log that
+    /// holds no stamp).
+    Remove,
+}
+
 /// A reading of a clock that runs from the machine's boot and that no
 /// wall-clock step moves (Linux's `CLOCK_BOOTTIME`), with the boot it
 /// counts from: two readings of one boot give the real time between them.

@@ -211,10 +211,11 @@ impl Storage {
     /// rebooted, else by the wall clock. Node-local (not in snapshots),
     /// not synced: a crash may leave the note before it, which counts
     /// only stamps the log held then (the caller's concern: notes of a
-    /// new term go with its entries, `append_noted`, and of a rewind
-    /// synced, `replace_log_time_note`), so it lags, never leads. Never
-    /// waits for another write to the log: [`StorageError::Busy`] instead,
-    /// and the caller notes again later.
+    /// new term go with its entries, and of a rewind with the write that
+    /// replaces the suffix, `append_noted`, or synced before a snapshot
+    /// replaces the log, `replace_log_time_note`), so it lags, never
+    /// leads. Never waits for another write to the log:
+    /// [`StorageError::Busy`] instead, and the caller notes again later.
     pub fn note_log_time(&self, note: &LogTimeNote) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         self.put_log_time_note(&mut batch, Some(note));
@@ -223,10 +224,12 @@ impl Storage {
     }
 
     /// Replaces the log-time note (`None`: removes it), synced like the
-    /// log. For a rewind of log time: the note taken before it may count
-    /// stamps of entries about to leave the log, so the new one must be
-    /// durable before they go, or a crash between the two would bring
-    /// their time back after the restart.
+    /// log. For a rewind of log time as a snapshot replaces the log: the
+    /// note taken before it may count stamps of entries about to leave the
+    /// log, so the new one must be durable before they go, or a crash
+    /// between the two would bring their time back after the restart. (A
+    /// replaced suffix changes the note in the write that truncates it,
+    /// [`NoteChange`](crate::NoteChange) in `append_noted`.)
     pub fn replace_log_time_note(&self, note: Option<&LogTimeNote>) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         self.put_log_time_note(&mut batch, note);

@@ -2,7 +2,7 @@
 //! atomic applied batches, and refusal of foreign or corrupt data.
 
 use wasmraft_raft::{Entry, EntryPayload, HardState, Index, LogId, LogReader, Membership, NodeId, Term};
-use wasmraft_storage::{BootTime, LogTimeNote, StateWrite, Storage, StorageError, StorageOptions};
+use wasmraft_storage::{BootTime, LogTimeNote, NoteChange, StateWrite, Storage, StorageError, StorageOptions};
 
 fn entry(term: u64, index: u64, data: &str) -> Entry {
     Entry { log_id: LogId::new(term, index), payload: EntryPayload::Normal(data.as_bytes().to_vec()) }
@@ -363,18 +363,44 @@ fn a_note_appended_with_entries_is_written_with_them_or_not_at_all() {
     {
         let s = open(dir.path());
         s.crash_after_writes(0);
-        assert!(matches!(s.append_noted(&[entry(1, 1, "a")], None, Some(&note), true), Err(StorageError::Crashed)));
+        assert!(matches!(s.append_noted(&[entry(1, 1, "a")], None, NoteChange::Write(note), true), Err(StorageError::Crashed)));
     }
     {
         let s = open(dir.path());
         assert_eq!(s.log_bounds().1, Index(0));
         assert_eq!(s.log_time_note().unwrap(), None);
         s.crash_after_writes(1);
-        s.append_noted(&[entry(1, 1, "a")], None, Some(&note), true).unwrap();
+        s.append_noted(&[entry(1, 1, "a")], None, NoteChange::Write(note), true).unwrap();
     }
     let s = open(dir.path());
     assert_eq!(s.log_bounds().1, Index(1));
     assert_eq!(s.log_time_note().unwrap(), Some(note));
+}
+
+/// A rewind of log time removes the note in the write that replaces the
+/// suffix whose stamps it counted: a crash point that refuses the write
+/// leaves the suffix and the note, one that lets it through neither.
+#[test]
+fn a_note_removed_with_a_replaced_suffix_goes_with_it_or_not_at_all() {
+    let note = LogTimeNote { log_time_ms: 5_000, wall_ms: 9_000, boot: None };
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        s.append_noted(&[entry(1, 1, "a"), entry(1, 2, "b")], None, NoteChange::Write(note), true).unwrap();
+        s.crash_after_writes(0);
+        let replaced = s.append_noted(&[entry(2, 2, "b2")], None, NoteChange::Remove, true);
+        assert!(matches!(replaced, Err(StorageError::Crashed)));
+    }
+    {
+        let s = open(dir.path());
+        assert_eq!(s.term(Index(2)), Ok(Term(1)));
+        assert_eq!(s.log_time_note().unwrap(), Some(note));
+        s.crash_after_writes(1);
+        s.append_noted(&[entry(2, 2, "b2")], None, NoteChange::Remove, true).unwrap();
+    }
+    let s = open(dir.path());
+    assert_eq!(s.term(Index(2)), Ok(Term(2)));
+    assert_eq!(s.log_time_note().unwrap(), None);
 }
 
 /// The log's writes are durable in its own segment files, not in RocksDB's
@@ -389,7 +415,7 @@ fn a_crash_before_any_flush_keeps_the_log_from_its_segments() {
         let s = open(dir.path());
         s.append(&[entry(1, 1, "a"), entry(2, 2, "b"), entry(2, 3, "c")], None, true).unwrap();
         // A conflicting suffix replaced, with the hard state and a note.
-        s.append_noted(&[entry(3, 3, "c3"), entry(3, 4, "d3")], Some(&hs), Some(&note), true).unwrap();
+        s.append_noted(&[entry(3, 3, "c3"), entry(3, 4, "d3")], Some(&hs), NoteChange::Write(note), true).unwrap();
         s.crash_after_writes(0);
     }
     let s = open(dir.path());

@@ -190,3 +190,61 @@ fn a_new_terms_first_stamp_reaches_the_disk_with_its_note() {
         );
     }
 }
+
+/// A node whose log's segments are in use (a write waiting for a flush)
+/// takes, in its turn, a suffix replaced by its new leader's: log time goes
+/// back at once, and the note on disk changes in the write that replaces
+/// the suffix, once the log is free. The Raft loop used to write the note
+/// itself, synced, before handing that write over: in its turn, behind the
+/// busy log, for as long as the log stayed busy.
+#[test]
+fn a_replaced_suffix_never_waits_for_a_busy_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let outbox = Outbox::default();
+    let start = Instant::now();
+    let (mut leader, mut ms) = leader_of_two(dir.path(), &outbox, start);
+    let term = leader.node.status().term;
+    let mut turn = |leader: &mut Live, slow_disk: bool| {
+        ms += 1;
+        leader.turn(start + Duration::from_millis(ms), LEADER_WALL_MS + ms, slow_disk);
+        leader.apply(usize::MAX);
+    };
+    // A put node 2 never acknowledges, the only stamp in the log.
+    turn(&mut leader, false);
+    turn(&mut leader, false);
+    let (reply, _answer) = tokio::sync::oneshot::channel();
+    leader.node.ask_propose((put("a", 10), 5, 1, reply)).unwrap();
+    for _ in 0..3 {
+        turn(&mut leader, false);
+    }
+    let at = leader.node.status().last_index;
+    let storage = leader.raft_loop.storage.clone();
+    let noted = storage.log_time_note().unwrap().expect("a note once log time is known");
+    assert!(noted.log_time_ms >= LEADER_WALL_MS, "the note counts the put's stamp: {noted:?}");
+
+    // Node 2 won the next term without it: its blank at that index, while
+    // another thread holds the log.
+    let held = storage.hold_log_writes(Duration::from_secs(3));
+    let prev = LogId::new(storage.term(Index(at - 1)).unwrap().0, at - 1);
+    leader.node.step(Message {
+        from: NodeId(2),
+        to: NodeId(1),
+        term: Term(term + 1),
+        body: MessageBody::AppendEntries {
+            prev,
+            entries: vec![Entry { log_id: LogId::new(term + 1, at), payload: EntryPayload::Blank }],
+            commit: Index(0),
+        },
+    });
+    turn(&mut leader, true);
+    assert!(held.release(), "the Raft loop waited for the busy log");
+    assert_eq!(storage.term(Index(at)), Ok(Term(term)), "the suffix was replaced while the log was busy");
+    assert_eq!(storage.log_time_note().unwrap(), Some(noted), "the note changed while the log was busy");
+
+    // The disk finishes the write: the blank and the note's removal (the
+    // log holds no stamp any more) land together.
+    turn(&mut leader, false);
+    assert_eq!(storage.term(Index(at)), Ok(Term(term + 1)), "the suffix was not replaced");
+    assert_eq!(crate::timers::stored_log_time(&storage).unwrap(), 0);
+    assert_eq!(storage.log_time_note().unwrap(), None, "the note still counts the replaced put's stamp");
+}
