@@ -602,16 +602,16 @@ impl<T: Transport> RaftLoop<T> {
             self.status.lock().set_fatal(e.clone());
             return Flow::Stop;
         }
-        // Not while a write that writes or removes the note is in flight: the two would race
-        // on the log writer's thread and this one, and this one, from the
-        // clock before the write, may land last.
+        // Not while a write that writes or removes the note is in flight:
+        // the two would race on the log writer's thread and this one, and
+        // this one, from the clock before the write, may land last.
         let note_in_flight = self.in_flight.as_ref().is_some_and(|w| w.changes_note);
         if !note_in_flight && let Some(note) = self.stamp_clock.note_due(now, wall_ms) {
             // A lost note leaves an older one, which may be further from
-            // log time than a new one would be: due again.
+            // log time than a new one would be: due again a tick later.
             if let Err(e) = self.storage.note_log_time(&note) {
                 tracing::debug!(error = %e, "cannot note log time");
-                self.stamp_clock.note_refused();
+                self.stamp_clock.note_refused(now + self.tick_interval);
             }
         }
         if let Some((leader, term)) = self.transport.refused_as_non_member() {

@@ -75,6 +75,8 @@ pub(crate) struct StampClock {
     /// When a note was last taken (given to be written, periodic or with
     /// entries), and the wall clock then.
     noted_at: Option<(Instant, u64)>,
+    /// A refused note is not taken again before this.
+    retry_at: Option<Instant>,
     /// The clock that measures the time since a note across a restart.
     boot: BootClock,
 }
@@ -90,7 +92,7 @@ impl StampClock {
     /// the note the node left before it restarted and the clock that
     /// measures the time since.
     pub fn new(last_ms: u64, note: Option<LogTimeNote>, boot: BootClock) -> Self {
-        Self { last_ms, durable_ms: last_ms, known: None, known_term: 0, anchor: None, note, noted_at: None, boot }
+        Self { last_ms, durable_ms: last_ms, known: None, known_term: 0, anchor: None, note, noted_at: None, retry_at: None, boot }
     }
 
     /// A simulated node's boot clock: its notes are read after a restart
@@ -135,6 +137,9 @@ impl StampClock {
     pub fn note_due(&mut self, now: Instant, wall_ms: u64) -> Option<LogTimeNote> {
         self.read_note(now, wall_ms);
         let estimate = self.estimate(now)?;
+        if self.retry_at.is_some_and(|at| now < at) {
+            return None;
+        }
         if let Some((at, wall_then)) = self.noted_at {
             let elapsed = now.saturating_duration_since(at);
             let stepped = wall_ms.abs_diff(wall_then.saturating_add(elapsed.as_millis() as u64)) > NOTE_ON_STEP_MS;
@@ -143,14 +148,18 @@ impl StampClock {
             }
         }
         self.noted_at = Some((now, wall_ms));
+        self.retry_at = None;
         Some(self.note_of(estimate, now, wall_ms))
     }
 
-    /// The note [`note_due`](Self::note_due) gave could not be written:
-    /// it is due again at the next turn, as the one on disk may be further
-    /// from log time (missing a wall-clock step, for a reboot).
-    pub fn note_refused(&mut self) {
+    /// The note [`note_due`](Self::note_due) gave could not be written
+    /// (the log busy, or RocksDB stalling writes): it is due again at
+    /// `retry_at`, as the one on disk may be further from log time
+    /// (missing a wall-clock step, for a reboot), and not before, so that
+    /// a long stall is not tried on every turn.
+    pub fn note_refused(&mut self, retry_at: Instant) {
         self.noted_at = None;
+        self.retry_at = Some(retry_at);
     }
 
     /// The highest stamp seen or made.
@@ -565,9 +574,11 @@ mod tests {
         let t3 = t2 + Duration::from_millis(100);
         assert_eq!(pair(c.observe(&[stamped_in(5, 10_650)], t3, 90_700)), None, "one note per change of term");
         assert_eq!(pair(c.note_due(t3, 90_700)), None);
-        // Refused by the store, it is due again.
-        c.note_refused();
-        assert_eq!(pair(c.note_due(t3, 90_700)), Some((10_650, 90_700)));
+        // Refused by the store, it is due again, once the retry is.
+        c.note_refused(t3 + Duration::from_millis(10));
+        assert_eq!(pair(c.note_due(t3, 90_700)), None, "retried before its time");
+        let t4 = t3 + Duration::from_millis(10);
+        assert_eq!(pair(c.note_due(t4, 90_710)), Some((10_660, 90_710)));
     }
 
     /// A stamp counts once its entries are durable: handed to the log

@@ -25,7 +25,8 @@
 //! started when that one filled has ended. Each time a segment is written
 //! from its start (a new turn, and at every open) its records get a new
 //! random `turn`: recovery ends a segment's records at the first that is
-//! torn, or from another turn, or not the next number. Records an older
+//! torn, or from another turn, or not the next number, or cleared (a
+//! write RocksDB refused while it stalled writes). Records an older
 //! turn or an earlier run left behind never join the newest ones, and
 //! bytes a client chose inside an entry cannot pass for a record.
 //!
@@ -143,7 +144,8 @@ struct Run {
 /// The records at the start of a segment that follow each other: intact
 /// (length within the file, CRC), of the first one's turn, and numbered
 /// one after another. The first that is not ends them: a torn write, zeros
-/// never written, or a record of an older turn. Keeps the batches of those
+/// never written or a cleared length, or a record of an older turn. Keeps
+/// the batches of those
 /// numbered after `after` only.
 fn read_run(path: &Path, after: u64) -> Result<Run, StorageError> {
     let file = File::open(path).map_err(io("opening the log segment", path))?;
@@ -412,9 +414,9 @@ impl Storage {
     }
 
     /// [`Self::write_logged`] without sync, for the Raft loop's thread:
-    /// [`StorageError::Busy`] instead of waiting for another write, and
-    /// instead of starting the next segment (which syncs, and may wait for
-    /// a flush).
+    /// [`StorageError::Busy`] instead of waiting for another write, instead
+    /// of starting the next segment (which syncs, and may wait for a
+    /// flush), and instead of waiting out a stall of RocksDB's writes.
     pub(crate) fn try_write_logged(&self, batch: WriteBatch) -> Result<(), StorageError> {
         let mut w = self.wal.writer.try_lock().ok_or(StorageError::Busy("the log's write-ahead segments are in use"))?;
         self.spend_write()?;
@@ -422,13 +424,15 @@ impl Storage {
     }
 
     /// Writes the record and the batch; returns the segment to sync.
-    fn write_locked(&self, w: &mut Writer, mut batch: WriteBatch, may_turn: bool) -> Result<Arc<File>, StorageError> {
+    /// `may_wait`: for a segment to turn, and for RocksDB to take the write
+    /// while it stalls writes (a flush or compaction behind).
+    fn write_locked(&self, w: &mut Writer, mut batch: WriteBatch, may_wait: bool) -> Result<Arc<File>, StorageError> {
         let wal = &self.wal;
         wal.check_failed()?;
         let seq = w.next_seq;
         batch.put_cf(self.cf(CF_RAFT), KEY_WAL_SEQ, seq.to_be_bytes());
         if w.offset > 0 && w.offset + (HEADER_BYTES + batch.data().len()) as u64 > wal.segment_bytes {
-            if !may_turn {
+            if !may_wait {
                 return Err(StorageError::Busy("the log's write-ahead segment is full"));
             }
             self.next_segment(w)?;
@@ -437,9 +441,29 @@ impl Storage {
         let file = w.segments[w.current].clone();
         file.write_all_at(&record, w.offset)
             .map_err(|e| wal.fail(format!("writing {}: {e}", segment_path(&wal.dir, w.current).display())))?;
-        // The record stands on disk from here: a failed RocksDB write would
-        // come back at the next open, so it stops writing too.
-        self.db.write_opt(batch, &Self::applied_batch_opts()).map_err(|e| wal.fail(format!("writing a logged batch to RocksDB: {e}")))?;
+        let mut opts = Self::applied_batch_opts();
+        opts.set_no_slowdown(!may_wait);
+        match self.db.write_opt(batch, &opts) {
+            Ok(()) => {}
+            // Refused before RocksDB took any of it. The record's length
+            // is cleared, so that recovery ends the segment there (a
+            // segment turn syncs it, and the next segment starts with the
+            // same number), and the next record takes its place and its
+            // number; a shorter one leaves its tail behind, where recovery
+            // ends the segment too (no record of the segment's turn there).
+            // (Not synced: a crash of the
+            // machine before the next sync may keep the record whole, which
+            // replays it as if it had been written, as a note or a commit
+            // index may be at any moment.)
+            Err(e) if !may_wait && is_write_stall(&e) => {
+                file.write_all_at(&[0; 4], w.offset)
+                    .map_err(|e| wal.fail(format!("clearing a refused record in {}: {e}", segment_path(&wal.dir, w.current).display())))?;
+                return Err(StorageError::Busy("RocksDB is stalling writes (a flush or compaction is behind)"));
+            }
+            // The record stands on disk from here: a failed RocksDB write
+            // would come back at the next open, so it stops writing too.
+            Err(e) => return Err(wal.fail(format!("writing a logged batch to RocksDB: {e}"))),
+        }
         w.offset += record.len() as u64;
         let current = w.current;
         w.last_in[current] = seq;
@@ -472,6 +496,28 @@ impl Storage {
         self.wal.flushed.changed.notify_all();
     }
 
+    /// Fault injection for tests: RocksDB stops every write, as it does
+    /// when its compactions fall too far behind (files pile up in level 0),
+    /// until `stall_writes(false)`: a table file in level 0 of the `meta`
+    /// column family, which its options then count as too many and never
+    /// compact.
+    pub fn stall_writes(&self, stall: bool) -> Result<(), StorageError> {
+        let cf = self.cf(crate::rocks::CF_META);
+        let options: [(&str, &str); 3] = if stall {
+            [("level0_file_num_compaction_trigger", "-1"), ("level0_slowdown_writes_trigger", "1"), ("level0_stop_writes_trigger", "1")]
+        } else {
+            // RocksDB's defaults, which the storage keeps.
+            [("level0_file_num_compaction_trigger", "4"), ("level0_slowdown_writes_trigger", "20"), ("level0_stop_writes_trigger", "36")]
+        };
+        if stall {
+            // (A flush that would make too many files waits: made first.)
+            self.db.put_cf(cf, b"stall", b"")?;
+            self.db.flush_cf(cf)?;
+        }
+        self.db.set_options_cf(cf, &options)?;
+        Ok(())
+    }
+
     /// Fault injection for tests: another thread holds the log's
     /// write-ahead segments, as a write that waits for a flush does, until
     /// [`LogWritesHeld::release`] or for at most `at_most`. Returns once
@@ -501,6 +547,13 @@ impl Storage {
         }
         true
     }
+}
+
+/// RocksDB refused a `no_slowdown` write because it stalls or slows writes
+/// (`Status::Incomplete("Write stall")`); not the same status carrying a
+/// background error that stopped writes, which stops the log.
+fn is_write_stall(e: &rocksdb::Error) -> bool {
+    e.kind() == rocksdb::ErrorKind::Incomplete && e.as_ref().ends_with("Write stall")
 }
 
 /// The log's write-ahead segments held by [`Storage::hold_log_writes`].

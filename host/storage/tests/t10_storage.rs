@@ -514,6 +514,72 @@ fn a_hard_state_saved_alone_survives_a_crash_and_never_turns_a_segment() {
     assert_eq!(s.read_entries(Index(1), Index(3)).unwrap().len(), 2);
 }
 
+/// Runs `write` on another thread: it must end within 10 s (a write that
+/// waits out a stall of RocksDB's writes never ends here).
+fn ends_soon<T: Send + 'static>(write: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(write()));
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the write waited for RocksDB's stall")
+}
+
+/// The Raft loop's try-writes (a note of log time, a commit index kept
+/// back) are refused at once while RocksDB stalls writes, and change
+/// nothing: the refused record is cleared from its segment, so that no
+/// recovery takes it for one, whether the next record takes its place (a
+/// shorter one leaves its tail), a crash comes first, or the next write
+/// turns the segment and starts the other with the same number.
+#[test]
+fn a_try_write_is_refused_while_rocksdb_stalls_writes() {
+    let note = LogTimeNote { log_time_ms: 5_000, wall_ms: 9_000, boot: Some(BootTime { boot_id: [1; 16], ms: 70 }) };
+    let hs = |commit| HardState { term: Term(1), vote: Some(NodeId(1)), commit: Index(commit) };
+    let busy = |result: Result<(), StorageError>| assert!(matches!(result, Err(StorageError::Busy(_))), "{result:?}");
+    // 8 KiB segments: 40 entries fill more than half of the first, and an
+    // entry of 6 KiB then turns it.
+    let options = || StorageOptions { log_segment_bytes: 8 << 10, ..StorageOptions::default() };
+    let filler: Vec<Entry> = (1..=40).map(|i| entry(1, i, &"x".repeat(100))).collect();
+    for then in ["crash", "write in its place", "turn the segment"] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Storage::open(&dir.path().join("db"), 1, options()).unwrap();
+            s.append(&filler, Some(&hs(0)), true).unwrap();
+            s.stall_writes(true).unwrap();
+            let stalled = s.clone();
+            busy(ends_soon(move || stalled.note_log_time(&note)));
+            let stalled = s.clone();
+            busy(ends_soon(move || stalled.try_save_hard_state(&hs(1))));
+            assert_eq!(s.hard_state(), hs(0), "a refused save changed the hard state");
+            assert_eq!(s.log_time_note().unwrap(), None, "a refused note reached RocksDB");
+            s.stall_writes(false).unwrap();
+            match then {
+                "crash" => {}
+                // Shorter than the refused note's record: its tail stays.
+                "write in its place" => s.try_save_hard_state(&hs(2)).unwrap(),
+                // With the flush of the segment it leaves held: its records
+                // are still to replay after the crash.
+                _ => {
+                    s.hold_log_flushes(true);
+                    s.append(&[entry(1, 41, &"y".repeat(6 << 10))], None, true).unwrap();
+                }
+            }
+            s.crash_after_writes(0);
+            s.hold_log_flushes(false);
+        }
+        let s = Storage::open(&dir.path().join("db"), 1, options()).unwrap();
+        let (last, commit) = match then {
+            "crash" => (40, 0),
+            "write in its place" => (40, 2),
+            _ => (41, 0),
+        };
+        assert_eq!((s.log_bounds().1, s.hard_state()), (Index(last), hs(commit)), "then {then}");
+        assert_eq!(s.log_time_note().unwrap(), None, "then {then}: a refused note was read back");
+        s.append(&[entry(1, last + 1, "c")], Some(&hs(3)), true).unwrap();
+        s.crash_after_writes(0);
+        drop(s);
+        let s = Storage::open(&dir.path().join("db"), 1, options()).unwrap();
+        assert_eq!((s.log_bounds().1, s.hard_state()), (Index(last + 1), hs(3)), "then {then}");
+    }
+}
+
 /// A segment is written again only once a flush has put its records in
 /// table files: with flushes held (a slow disk), a writer that has filled
 /// both segments waits, and a crash then loses no acknowledged append.
