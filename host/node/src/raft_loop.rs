@@ -254,10 +254,8 @@ pub(crate) struct InFlight {
     /// The last stamp among the entries, with its term: log time once
     /// they are durable.
     stamped: Option<(u64, u64)>,
-    /// The wall clock of the note of log time the write carries, if any.
-    noted_wall: Option<u64>,
-    /// Whether the write changes the note on disk (writes or removes it).
-    changes_note: bool,
+    /// What the write does to the note of log time.
+    note: NoteChange,
 }
 
 impl<T: Transport> RaftLoop<T> {
@@ -605,7 +603,7 @@ impl<T: Transport> RaftLoop<T> {
         // Not while a write that writes or removes the note is in flight:
         // the two would race on the log writer's thread and this one, and
         // this one, from the clock before the write, may land last.
-        let note_in_flight = self.in_flight.as_ref().is_some_and(|w| w.changes_note);
+        let note_in_flight = self.in_flight.as_ref().is_some_and(|w| w.note != NoteChange::Keep);
         if !note_in_flight && let Some(note) = self.stamp_clock.note_due(now, wall_ms) {
             // A lost note leaves an older one, which may be further from
             // log time than a new one would be: due again a tick later.
@@ -950,12 +948,16 @@ impl<T: Transport> RaftLoop<T> {
         // made meanwhile (see `lease_share`).
         self.publish_lease();
         if let Some(result) = persisted {
-            let InFlight { mut ready, sync, entries, started, stamped, noted_wall, .. } = self
+            let InFlight { mut ready, sync, entries, started, stamped, note, .. } = self
                 .in_flight
                 .take()
                 .ok_or("the log writer finished a write the Raft loop never gave it")?;
             let crate::log_writer::Written { took, unsent } = result?;
             if let Some(stamped) = stamped {
+                let noted_wall = match note {
+                    NoteChange::Write(n) => Some(n.wall_ms),
+                    NoteChange::Keep | NoteChange::Remove => None,
+                };
                 self.stamp_clock.written(stamped, started, noted_wall);
             }
             ready.persisted_messages.extend(unsent);
@@ -1049,26 +1051,22 @@ impl<T: Transport> RaftLoop<T> {
             // the log writer below: log time goes back now, and the note on
             // disk changes in that write, atomically with the truncation
             // (never on this thread, where it would wait for the log).
-            let mut rewound = None;
+            let mut note = NoteChange::Keep;
             if let Some(first) = rd.entries.first().map(|e| e.log_id.index) {
                 if first <= self.storage.log_bounds().1 {
                     let log_time = crate::timers::stored_log_time_before(&self.storage, first).map_err(|e| e.to_string())?;
-                    rewound = Some(self.stamp_clock.rewind(log_time, self.now, self.wall_ms));
+                    note = match self.stamp_clock.rewind(log_time, self.now, self.wall_ms) {
+                        Some(rewound) => NoteChange::Write(rewound),
+                        None => NoteChange::Remove,
+                    };
                 }
             }
             // Entries, a term or a vote: written off this thread.
             let stamped = crate::timers::last_stamp(&rd.entries);
             // A new term's note, taken after the rewind, replaces its note.
-            let note = match (self.stamp_clock.handing(stamped, self.now, self.wall_ms), rewound) {
-                (Some(note), _) | (None, Some(Some(note))) => NoteChange::Write(note),
-                (None, Some(None)) => NoteChange::Remove,
-                (None, None) => NoteChange::Keep,
-            };
-            let noted_wall = match note {
-                NoteChange::Write(n) => Some(n.wall_ms),
-                NoteChange::Keep | NoteChange::Remove => None,
-            };
-            let changes_note = note != NoteChange::Keep;
+            if let Some(handed) = self.stamp_clock.handing(stamped, self.now, self.wall_ms) {
+                note = NoteChange::Write(handed);
+            }
             if !rd.entries.is_empty() || (rd.must_sync && rd.hard_state.is_some()) {
                 let sync = rd.must_sync && self.sync_log;
                 let entries = rd.entries.len();
@@ -1092,7 +1090,7 @@ impl<T: Transport> RaftLoop<T> {
                 });
                 let started = self.now;
                 self.in_flight =
-                    Some(InFlight { ready: rd, sync, entries, started, reported: false, stamped, noted_wall, changes_note });
+                    Some(InFlight { ready: rd, sync, entries, started, reported: false, stamped, note });
                 return Ok(());
             }
             if let Some(hard_state) = rd.hard_state {

@@ -145,8 +145,7 @@ struct Run {
 /// (length within the file, CRC), of the first one's turn, and numbered
 /// one after another. The first that is not ends them: a torn write, zeros
 /// never written or a cleared length, or a record of an older turn. Keeps
-/// the batches of those
-/// numbered after `after` only.
+/// the batches of those numbered after `after` only.
 fn read_run(path: &Path, after: u64) -> Result<Run, StorageError> {
     let file = File::open(path).map_err(io("opening the log segment", path))?;
     let mut left = file.metadata().map_err(io("reading the log segment", path))?.len();
