@@ -450,10 +450,9 @@ impl Storage {
             // same number), and the next record takes its place and its
             // number; a shorter one leaves its tail behind, where recovery
             // ends the segment too (no record of the segment's turn there).
-            // (Not synced: a crash of the
-            // machine before the next sync may keep the record whole, which
-            // replays it as if it had been written, as a note or a commit
-            // index may be at any moment.)
+            // Not synced: a crash of the machine before the next sync may
+            // keep the record whole, which replays it as if it had been
+            // written, as a note or a commit index may be at any moment.
             Err(e) if !may_wait && is_write_stall(&e) => {
                 file.write_all_at(&[0; 4], w.offset)
                     .map_err(|e| wal.fail(format!("clearing a refused record in {}: {e}", segment_path(&wal.dir, w.current).display())))?;
